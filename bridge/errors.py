@@ -1,0 +1,52 @@
+"""The bridge's exception hierarchy: one root, a few kinds, messages that say what to do."""
+
+from __future__ import annotations
+
+
+class OutboxError(Exception):
+    """Root of every error raised by this project."""
+
+
+class ConfigurationError(OutboxError):
+    """A setting is missing, malformed or unsafe; the message names the setting and the fix."""
+
+
+class StoreError(OutboxError):
+    """The outbox database refused or failed an operation."""
+
+
+class TransientStoreError(StoreError):
+    """A database failure worth retrying (connection lost, server restarting, serialization failure)."""
+
+
+class DuplicateEventError(StoreError):
+    """An event with the same event_id is already in the outbox."""
+
+
+class InvalidEventError(OutboxError):
+    """An event handed to the writer is malformed (empty ids or types, payload not JSON)."""
+
+
+class PublishError(OutboxError):
+    """Kafka refused or failed a delivery."""
+
+
+class FatalPublishError(PublishError):
+    """A non-retriable or fatal producer error: the producer is rebuilt and the bridge rewinds."""
+
+
+class PoisonEventError(PublishError):
+    """A row that can never be published as it is (too large, bad key, bad JSON, unroutable)."""
+
+    def __init__(self, seq: int, reason: str) -> None:
+        super().__init__(f"event seq={seq} cannot be published: {reason}")
+        self.seq = seq
+        self.reason = reason
+
+
+class TopicSafetyError(OutboxError):
+    """A topic's settings would allow acknowledged writes to be lost."""
+
+
+class FencedError(OutboxError):
+    """Another instance holds the lease for this bridge name; this one must stop writing."""
