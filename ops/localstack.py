@@ -1,0 +1,663 @@
+#!/usr/bin/env python3
+"""The local stack without Docker: Apache Kafka brokers (KRaft) and PostgreSQL as processes on loopback.
+
+Everything lives under `.run/` (data, logs, pid files) and the JVM jars under `.cache/jars/`, both at the
+repository root. `up` is idempotent and waits until every service answers; `down` stops every process it
+started, by pid. Fault tests use `broker-stop` / `broker-start` on a named cluster.
+
+    python ops/localstack.py up [--brokers 3]
+    python ops/localstack.py down
+    python ops/localstack.py status
+    python ops/localstack.py kafka-up --cluster kafka3 --brokers 3 --port 29092
+    python ops/localstack.py broker-stop --cluster kafka3 --node 2 [--kill]
+    python ops/localstack.py broker-start --cluster kafka3 --node 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import fcntl
+import glob
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = Path(os.environ.get("OUTBOX_RUN_DIR", ROOT / ".run")).resolve()
+JARS = ROOT / ".cache" / "jars"
+MAVEN_SETTINGS = ROOT / "ops" / "maven" / "settings.xml"
+HOST = "127.0.0.1"
+
+MAIN_CLUSTER = "kafka"
+MAIN_KAFKA_PORT = int(os.environ.get("OUTBOX_KAFKA_PORT", "9092"))
+PG_PORT = int(os.environ.get("OUTBOX_PG_PORT", "55432"))
+PG_DATABASE = "outbox"
+KAFKA_HEAP = os.environ.get("OUTBOX_KAFKA_HEAP", "-Xms128m -Xmx512m")
+
+
+def log(message: str) -> None:
+    print(f"[stack] {message}", flush=True)
+
+
+class StackError(RuntimeError):
+    """A service could not be installed, started or stopped; the message says what to look at."""
+
+
+# --------------------------------------------------------------------------------------------- processes
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as gone.
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+def pid_is_ours(pid: int, marker: str) -> bool:
+    """Guard against a recycled pid: the process's command line must carry our marker."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return marker in cmdline
+
+
+def port_open(port: int, host: str = HOST) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def wait_for(predicate: object, what: str, timeout: float, log_file: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.25)
+    tail = ""
+    if log_file is not None and log_file.exists():
+        tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-25:])
+    raise StackError(f"{what} did not come up within {timeout:.0f}s; see {log_file}\n{tail}")
+
+
+def stop_pid(pid: int, marker: str, kill: bool = False, timeout: float = 30.0) -> None:
+    if not pid_alive(pid) or not pid_is_ours(pid, marker):
+        return
+    os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if pid_alive(pid):
+        log(f"pid {pid} ignored SIGTERM for {timeout:.0f}s; sending SIGKILL")
+        os.kill(pid, signal.SIGKILL)
+        while pid_alive(pid):
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def stack_lock() -> Iterator[None]:
+    """Serialise `up`/`down` across processes (parallel test sessions share one stack)."""
+    RUN.mkdir(parents=True, exist_ok=True)
+    with open(RUN / "stack.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# -------------------------------------------------------------------------------------------------- jars
+
+
+def ensure_jars(which: str) -> Path:
+    """Resolve the JVM artifacts for `kafka` (broker) or `spark` (connectors) through Maven, once."""
+    pom = ROOT / "ops" / "maven" / {"kafka": "kafka-broker", "spark": "spark-connectors"}[which] / "pom.xml"
+    target = JARS / which
+    marker = target / ".resolved"
+    if marker.exists() and marker.read_text() == pom.read_text():
+        return target
+    if shutil.which("mvn") is None:
+        raise StackError("Maven (mvn) is not installed: `apt-get install maven`, then retry")
+    log(f"resolving {which} jars from Maven Central into {target} (first run only)")
+    if target.exists():
+        shutil.rmtree(target)
+    cmd = ["mvn", "-B", "-q", "-s", str(MAVEN_SETTINGS), "-f", str(pom), "dependency:copy-dependencies"]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise StackError(f"Maven could not resolve {pom}:\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}")
+    marker.write_text(pom.read_text())
+    return target
+
+
+# ------------------------------------------------------------------------------------------------- kafka
+
+
+@dataclass(frozen=True)
+class KafkaCluster:
+    """A KRaft cluster on consecutive loopback ports.
+
+    One broker runs as a combined broker+controller. With more brokers a dedicated controller (node 0) runs
+    beside brokers 1..N, so that killing brokers in fault tests never costs the controller quorum: the
+    controller keeps electing leaders and shrinking ISRs, as it would in a production cluster.
+    """
+
+    name: str
+    brokers: int
+    port: int
+
+    @property
+    def home(self) -> Path:
+        return RUN / self.name
+
+    def client_port(self, node: int) -> int:
+        return self.port + node - 1
+
+    @property
+    def controller_port(self) -> int:
+        return self.port + 100
+
+    @property
+    def nodes(self) -> list[int]:
+        """Process numbers: 0 is the dedicated controller (multi-broker only), 1..N are brokers."""
+        return list(range(1, 2)) if self.brokers == 1 else list(range(0, self.brokers + 1))
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{HOST}:{self.client_port(n)}" for n in range(1, self.brokers + 1))
+
+    def pid_file(self, node: int) -> Path:
+        return self.home / f"node-{node}" / "broker.pid"
+
+    def log_file(self, node: int) -> Path:
+        return RUN / "logs" / f"{self.name}-{node}.log"
+
+    def marker(self, node: int) -> str:
+        return f"-Doutbox.stack.node={self.home}/node-{node}"
+
+    def save(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "cluster.json").write_text(
+            json.dumps({"name": self.name, "brokers": self.brokers, "port": self.port})
+        )
+
+    @classmethod
+    def load(cls, name: str) -> KafkaCluster | None:
+        path = RUN / name / "cluster.json"
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return cls(name=data["name"], brokers=data["brokers"], port=data["port"])
+
+    def properties(self, node: int) -> str:
+        n = self.brokers
+        min_isr = max(1, n - 1)
+        controller_id = 1 if n == 1 else 0
+        controller = f"CONTROLLER://{HOST}:{self.controller_port}"
+        if node == 0:
+            return "\n".join(
+                [
+                    "process.roles=controller",
+                    "node.id=0",
+                    f"controller.quorum.voters={controller_id}@{HOST}:{self.controller_port}",
+                    f"listeners={controller}",
+                    "controller.listener.names=CONTROLLER",
+                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT",
+                    f"log.dirs={self.home}/node-0/data",
+                    "",
+                ]
+            )
+        listeners = f"PLAINTEXT://{HOST}:{self.client_port(node)}"
+        return "\n".join(
+            [
+                "process.roles=broker,controller" if n == 1 else "process.roles=broker",
+                f"node.id={node}",
+                f"controller.quorum.voters={controller_id}@{HOST}:{self.controller_port}",
+                f"listeners={listeners},{controller}" if n == 1 else f"listeners={listeners}",
+                f"advertised.listeners={listeners}",
+                "controller.listener.names=CONTROLLER",
+                "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                f"log.dirs={self.home}/node-{node}/data",
+                "num.partitions=3",
+                f"default.replication.factor={n}",
+                f"min.insync.replicas={min_isr}",
+                "unclean.leader.election.enable=false",
+                "auto.create.topics.enable=false",
+                f"offsets.topic.replication.factor={n}",
+                "offsets.topic.num.partitions=10",
+                f"transaction.state.log.replication.factor={n}",
+                f"transaction.state.log.min.isr={min_isr}",
+                f"share.coordinator.state.topic.replication.factor={n}",
+                f"share.coordinator.state.topic.min.isr={min_isr}",
+                "group.initial.rebalance.delay.ms=0",
+                "num.network.threads=2",
+                "num.io.threads=4",
+                "log.retention.hours=168",
+                "log.segment.bytes=268435456",
+                # Small clusters on one machine: notice a dead peer quickly.
+                "replica.lag.time.max.ms=10000",
+                "broker.session.timeout.ms=9000",
+                "broker.heartbeat.interval.ms=1000",
+                "",
+            ]
+        )
+
+    def java(self, main: str, *args: str, node: int) -> list[str]:
+        jars = ensure_jars("kafka")
+        java = shutil.which("java")
+        if java is None:
+            raise StackError("Java is not installed: `apt-get install openjdk-17-jre-headless`, then retry")
+        return [
+            java,
+            *KAFKA_HEAP.split(),
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            self.marker(node),
+            f"-Dlog4j2.configurationFile={ROOT / 'ops' / 'kafka' / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={RUN / 'logs'}",
+            "-cp",
+            f"{jars}/*",
+            main,
+            *args,
+        ]
+
+    def format_node(self, node: int, cluster_id: str) -> None:
+        node_dir = self.home / f"node-{node}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        config = node_dir / "server.properties"
+        config.write_text(self.properties(node))
+        if (node_dir / "data" / "meta.properties").exists():
+            return
+        cmd = self.java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), node=node)
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise StackError(f"formatting {self.name} node {node} failed:\n{result.stdout}\n{result.stderr}")
+
+    def node_running(self, node: int) -> bool:
+        pid = read_pid(self.pid_file(node))
+        return pid is not None and pid_alive(pid) and pid_is_ours(pid, self.marker(node))
+
+    def start_node(self, node: int) -> None:
+        if self.node_running(node):
+            return
+        (RUN / "logs").mkdir(parents=True, exist_ok=True)
+        config = self.home / f"node-{node}" / "server.properties"
+        with open(self.log_file(node), "ab") as out:
+            proc = subprocess.Popen(
+                self.java("kafka.Kafka", str(config), node=node),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.home,
+            )
+        self.pid_file(node).write_text(str(proc.pid))
+
+    def stop_node(self, node: int, kill: bool = False) -> None:
+        pid = read_pid(self.pid_file(node))
+        if pid is not None:
+            stop_pid(pid, self.marker(node), kill=kill)
+        self.pid_file(node).unlink(missing_ok=True)
+
+    def wait_ready(self, timeout: float = 120.0, nodes: list[int] | None = None) -> None:
+        nodes = [n for n in (nodes or self.nodes) if n != 0]
+        for node in nodes:
+            wait_for(
+                lambda node=node: port_open(self.client_port(node)),
+                f"Kafka {self.name} node {node} on port {self.client_port(node)}",
+                timeout,
+                self.log_file(node),
+            )
+        wanted = set(range(1, self.brokers + 1)) if nodes == [n for n in self.nodes if n != 0] else set(nodes)
+        wait_for(
+            lambda: wanted <= self._registered_brokers(),
+            f"Kafka {self.name}: broker(s) {sorted(wanted)} registered",
+            timeout,
+        )
+
+    def _registered_brokers(self) -> set[int]:
+        import logging
+
+        from confluent_kafka.admin import AdminClient
+
+        quiet = logging.getLogger("localstack.kafka")
+        quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 3000, "logger": quiet})
+        try:
+            metadata = admin.list_topics(timeout=3)
+        except Exception:  # noqa: BLE001 - any failure here means "not ready yet"
+            return set()
+        return set(metadata.brokers)
+
+    def up(self) -> None:
+        existing = KafkaCluster.load(self.name)
+        if existing is not None and existing != self and existing.any_running():
+            raise StackError(
+                f"Kafka cluster {self.name!r} is already running with {existing.brokers} broker(s) on port "
+                f"{existing.port}; run `make down` first to start it with {self.brokers}"
+            )
+        if existing is not None and existing != self:
+            shutil.rmtree(self.home)
+        self.save()
+        id_file = self.home / "cluster.id"
+        if not id_file.exists():
+            id_file.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
+        cluster_id = id_file.read_text().strip()
+        for node in self.nodes:
+            self.format_node(node, cluster_id)
+        started = [n for n in self.nodes if not self.node_running(n)]
+        for node in started:
+            self.start_node(node)
+        if started:
+            log(f"started Kafka {self.name} node(s) {started}; waiting for the cluster at {self.bootstrap}")
+        self.wait_ready()
+        log(f"Kafka {self.name} ready: {self.brokers} broker(s) at {self.bootstrap}")
+
+    def any_running(self) -> bool:
+        return any(self.node_running(n) for n in self.nodes)
+
+    def down(self) -> None:
+        # Brokers first, so they can shut down cleanly while the controller still answers.
+        for node in sorted(self.nodes, reverse=True):
+            self.stop_node(node)
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# -------------------------------------------------------------------------------------------- postgresql
+
+
+def pg_bin() -> Path:
+    """The newest installed PostgreSQL server binaries, installing Debian's package when there are none."""
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
+    if not candidates:
+        if os.geteuid() != 0:
+            raise StackError("PostgreSQL server is not installed: `sudo apt-get install postgresql`, then retry")
+        log("installing PostgreSQL from Debian's packages (first run only)")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"],
+            check=True,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+        candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
+        if not candidates:
+            raise StackError("apt-get installed postgresql but no /usr/lib/postgresql/*/bin/initdb was found")
+    return Path(candidates[-1]).parent
+
+
+def as_pg_user(cmd: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root; run it as the `postgres` account the package created."""
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *cmd]
+    return cmd
+
+
+class Postgres:
+    """A private PostgreSQL cluster in `.run/pg`, listening on 127.0.0.1 only."""
+
+    def __init__(self, port: int = PG_PORT) -> None:
+        self.port = port
+        self.home = RUN / "pg"
+        self.data = self.home / "data"
+        self.socket_dir = self.home / "socket"
+        self.log_file = RUN / "logs" / "postgres.log"
+
+    @property
+    def admin_url(self) -> str:
+        return f"postgresql+psycopg://postgres@{HOST}:{self.port}/postgres"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@{HOST}:{self.port}/{PG_DATABASE}"
+
+    def _chown(self, *paths: Path) -> None:
+        if os.geteuid() == 0:
+            for path in paths:
+                shutil.chown(path, "postgres", "postgres")
+
+    def running(self) -> bool:
+        pid = read_pid(self.data / "postmaster.pid")
+        return pid is not None and pid_alive(pid) and port_open(self.port)
+
+    def up(self) -> None:
+        binaries = pg_bin()
+        (RUN / "logs").mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        if not self.log_file.exists():
+            self.log_file.touch()
+        self._chown(self.home, self.socket_dir, self.log_file)
+        # The postgres account must be able to reach .run/pg through the repository's directories.
+        if os.geteuid() == 0:
+            for parent in [RUN, *RUN.parents]:
+                parent.chmod(parent.stat().st_mode | 0o001)
+        if not (self.data / "PG_VERSION").exists():
+            log(f"initialising PostgreSQL in {self.data}")
+            subprocess.run(
+                as_pg_user(
+                    [str(binaries / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8"]
+                ),
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            with open(self.data / "postgresql.conf", "a") as conf:
+                conf.write(
+                    "\n# outbox local stack\n"
+                    f"listen_addresses = '{HOST}'\n"
+                    f"port = {self.port}\n"
+                    f"unix_socket_directories = '{self.socket_dir}'\n"
+                    "max_connections = 300\n"
+                    "shared_buffers = 256MB\n"
+                    "wal_level = logical\n"
+                    "log_min_messages = warning\n"
+                )
+        if not self.running():
+            log(f"starting PostgreSQL on {HOST}:{self.port}")
+            result = subprocess.run(
+                as_pg_user(
+                    [str(binaries / "pg_ctl"), "-D", str(self.data), "-l", str(self.log_file), "-w", "-t", "60",
+                     "start"]
+                ),
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if result.returncode != 0:
+                raise StackError(f"PostgreSQL did not start: {result.stderr or result.stdout}; see {self.log_file}")
+        wait_for(lambda: port_open(self.port), f"PostgreSQL on port {self.port}", 60, self.log_file)
+        self._ensure_database()
+        log(f"PostgreSQL ready at {self.url}")
+
+    def _ensure_database(self) -> None:
+        import psycopg
+
+        with psycopg.connect(host=HOST, port=self.port, user="postgres", dbname="postgres", autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (PG_DATABASE,)).fetchone()
+            if not exists:
+                conn.execute(f'CREATE DATABASE "{PG_DATABASE}"')
+
+    def down(self, mode: str = "fast") -> None:
+        if not (self.data / "PG_VERSION").exists() or read_pid(self.data / "postmaster.pid") is None:
+            return
+        subprocess.run(
+            as_pg_user([str(pg_bin() / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop"]),
+            capture_output=True,
+            check=False,
+        )
+
+    def restart(self) -> None:
+        self.down()
+        self.up()
+
+
+# --------------------------------------------------------------------------------------------- commands
+
+
+def write_env(cluster: KafkaCluster, pg: Postgres) -> Path:
+    env_file = RUN / "stack.env"
+    lines = {
+        "KAFKA_BOOTSTRAP_SERVERS": cluster.bootstrap,
+        "KAFKA_BROKERS": str(cluster.brokers),
+        "OUTBOX_DB_URL": pg.url,
+        "OUTBOX_PG_ADMIN_URL": pg.admin_url,
+        "SPARK_JARS_DIR": str(JARS / "spark"),
+        "PROJECTIONS_LAKE_PATH": str(RUN / "lake"),
+    }
+    env_file.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
+    return env_file
+
+
+def cmd_up(args: argparse.Namespace) -> None:
+    with stack_lock():
+        if not args.no_spark_jars:
+            ensure_jars("spark")
+        pg = Postgres()
+        pg.up()
+        cluster = KafkaCluster(MAIN_CLUSTER, args.brokers, MAIN_KAFKA_PORT)
+        cluster.up()
+        env_file = write_env(cluster, pg)
+        log(f"stack is up; settings in {env_file}")
+
+
+def all_clusters() -> list[KafkaCluster]:
+    found = []
+    for path in sorted(RUN.glob("*/cluster.json")):
+        cluster = KafkaCluster.load(path.parent.name)
+        if cluster is not None:
+            found.append(cluster)
+    return found
+
+
+def cmd_down(_: argparse.Namespace) -> None:
+    with stack_lock():
+        for cluster in all_clusters():
+            if cluster.any_running():
+                log(f"stopping Kafka {cluster.name}")
+            cluster.down()
+        pg = Postgres()
+        if pg.running():
+            log("stopping PostgreSQL")
+        pg.down()
+        log("stack is down")
+
+
+def cmd_status(_: argparse.Namespace) -> None:
+    pg = Postgres()
+    print(f"postgresql  {'up' if pg.running() else 'down':5} {pg.url}")
+    for cluster in all_clusters():
+        for node in cluster.nodes:
+            state = "up" if cluster.node_running(node) else "down"
+            port = cluster.controller_port if node == 0 else cluster.client_port(node)
+            role = "controller" if node == 0 else "broker"
+            print(f"{cluster.name}-{node:<6} {state:5} {HOST}:{port} {role}")
+
+
+def cmd_kafka_up(args: argparse.Namespace) -> None:
+    with stack_lock():
+        KafkaCluster(args.cluster, args.brokers, args.port).up()
+
+
+def cmd_kafka_down(args: argparse.Namespace) -> None:
+    with stack_lock():
+        cluster = KafkaCluster.load(args.cluster)
+        if cluster is not None:
+            cluster.down()
+
+
+def _cluster(name: str) -> KafkaCluster:
+    cluster = KafkaCluster.load(name)
+    if cluster is None:
+        raise StackError(f"no Kafka cluster named {name!r} under {RUN}; start it with kafka-up first")
+    return cluster
+
+
+def cmd_broker_stop(args: argparse.Namespace) -> None:
+    _cluster(args.cluster).stop_node(args.node, kill=args.kill)
+
+
+def cmd_broker_start(args: argparse.Namespace) -> None:
+    cluster = _cluster(args.cluster)
+    cluster.start_node(args.node)
+    if args.wait:
+        cluster.wait_ready(nodes=[args.node])
+
+
+def cmd_pg_restart(_: argparse.Namespace) -> None:
+    Postgres().restart()
+
+
+def cmd_jars(args: argparse.Namespace) -> None:
+    for which in args.which:
+        print(ensure_jars(which))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start PostgreSQL and the Kafka cluster, wait until they answer")
+    up.add_argument("--brokers", type=int, default=int(os.environ.get("BROKERS", "1")), choices=[1, 3])
+    up.add_argument("--no-spark-jars", action="store_true", help="skip resolving the Spark connector jars")
+    up.set_defaults(func=cmd_up)
+    sub.add_parser("down", help="stop every process the stack started").set_defaults(func=cmd_down)
+    sub.add_parser("status", help="show what runs").set_defaults(func=cmd_status)
+    kup = sub.add_parser("kafka-up", help="start an extra named Kafka cluster (tests)")
+    kup.add_argument("--cluster", required=True)
+    kup.add_argument("--brokers", type=int, default=3)
+    kup.add_argument("--port", type=int, required=True)
+    kup.set_defaults(func=cmd_kafka_up)
+    kdown = sub.add_parser("kafka-down", help="stop a named Kafka cluster")
+    kdown.add_argument("--cluster", required=True)
+    kdown.set_defaults(func=cmd_kafka_down)
+    bstop = sub.add_parser("broker-stop", help="stop one broker of a cluster (SIGTERM, or SIGKILL with --kill)")
+    bstop.add_argument("--cluster", default=MAIN_CLUSTER)
+    bstop.add_argument("--node", type=int, required=True)
+    bstop.add_argument("--kill", action="store_true")
+    bstop.set_defaults(func=cmd_broker_stop)
+    bstart = sub.add_parser("broker-start", help="start one broker of a cluster again")
+    bstart.add_argument("--cluster", default=MAIN_CLUSTER)
+    bstart.add_argument("--node", type=int, required=True)
+    bstart.add_argument("--wait", action="store_true")
+    bstart.set_defaults(func=cmd_broker_start)
+    sub.add_parser("pg-restart", help="restart PostgreSQL (fault tests)").set_defaults(func=cmd_pg_restart)
+    jars = sub.add_parser("jars", help="resolve JVM jars through Maven into .cache/jars")
+    jars.add_argument("which", nargs="+", choices=["kafka", "spark"])
+    jars.set_defaults(func=cmd_jars)
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except StackError as exc:
+        print(f"[stack] error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

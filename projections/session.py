@@ -1,0 +1,84 @@
+"""Spark session factory: the pinned Kafka connector and Delta jars, Delta's SQL extensions, loopback only."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bridge.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# These must agree with pyproject.toml (pyspark, delta-spark) and ops/maven/spark-connectors/pom.xml.
+SPARK_VERSION = "4.0.0"
+DELTA_VERSION = "4.0.0"
+SCALA_BINARY = "2.13"
+PACKAGES = (
+    f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{SPARK_VERSION}",
+    f"io.delta:delta-spark_{SCALA_BINARY}:{DELTA_VERSION}",
+)
+DEFAULT_JARS_DIR = Path(__file__).resolve().parent.parent / ".cache" / "jars" / "spark"
+
+
+def connector_jars(jars_dir: Path) -> list[str]:
+    """The jar files to put on Spark's classpath, refusing a directory that lacks the connector or Delta."""
+    jars = sorted(str(p) for p in jars_dir.glob("*.jar"))
+    names = " ".join(Path(j).name for j in jars)
+    for needed in (f"spark-sql-kafka-0-10_{SCALA_BINARY}-{SPARK_VERSION}", f"delta-spark_{SCALA_BINARY}-{DELTA_VERSION}"):
+        if needed not in names:
+            raise ConfigurationError(
+                f"{jars_dir} has no {needed}.jar; run `make jars` (or `python ops/localstack.py jars spark`), "
+                f"or set SPARK_PACKAGES=1 to let Spark fetch {', '.join(PACKAGES)}"
+            )
+    return jars
+
+
+def build_session(
+    app_name: str = "outbox-projections",
+    master: str | None = None,
+    jars_dir: Path | None = None,
+    warehouse: Path | None = None,
+    shuffle_partitions: int = 4,
+    driver_memory: str = "1g",
+    extra_conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """Build (or reuse) a Spark session wired for Kafka and Delta.
+
+    Jars come from the project's Maven cache so jobs run offline; with SPARK_PACKAGES=1 Spark resolves the
+    same coordinates with --packages instead. Under spark-submit, master and jars given on the command line win.
+    """
+    from pyspark.sql import SparkSession
+
+    # Spark otherwise binds to the machine's outward address; everything here stays on loopback.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.driver.host", os.environ.get("SPARK_DRIVER_HOST", "127.0.0.1"))
+        .config("spark.driver.bindAddress", os.environ.get("SPARK_DRIVER_BIND_ADDRESS", "127.0.0.1"))
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.databricks.delta.schema.autoMerge.enabled", "false")
+        # Fewer, larger files from frequent micro-batches.
+        .config("spark.databricks.delta.optimizeWrite.enabled", "true")
+        .config("spark.databricks.delta.autoCompact.enabled", "true")
+    )
+    if master or not os.environ.get("SPARK_SUBMIT_MASTER_SET"):
+        builder = builder.master(master or os.environ.get("SPARK_MASTER", "local[2]"))
+    if warehouse is not None:
+        builder = builder.config("spark.sql.warehouse.dir", str(warehouse))
+    if os.environ.get("SPARK_PACKAGES") == "1":
+        builder = builder.config("spark.jars.packages", ",".join(PACKAGES))
+    else:
+        jars = connector_jars(jars_dir or Path(os.environ.get("SPARK_JARS_DIR", DEFAULT_JARS_DIR)))
+        builder = builder.config("spark.jars", ",".join(jars))
+    for key, value in (extra_conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "WARN"))
+    return session

@@ -1,0 +1,281 @@
+"""Test fixtures, in one place.
+
+Services come, in this order, from: environment variables (`KAFKA_BOOTSTRAP_SERVERS`, `OUTBOX_DB_URL`,
+`TEST_SQLSERVER_URL`), testcontainers when a Docker engine answers, else the local stack that
+`ops/localstack.py` starts (real Kafka brokers and PostgreSQL as local processes). SQLite is always there.
+Only tests that need a live SQL Server skip, and they say why.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCALSTACK = ROOT / "ops" / "localstack.py"
+KAFKA3_PORT = 29092
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Tests under tests/unit are fast and need no service; everything under tests/integration is integration.
+    for item in items:
+        path = str(item.fspath)
+        if f"{os.sep}unit{os.sep}" in path and not item.get_closest_marker("unit"):
+            item.add_marker(pytest.mark.unit)
+        if f"{os.sep}integration{os.sep}" in path and not item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.integration)
+
+
+# ---------------------------------------------------------------------------------------- service sources
+
+
+def run_stack(*args: str) -> str:
+    """Run ops/localstack.py with this interpreter; fail the test run with its output if it fails."""
+    result = subprocess.run(
+        [sys.executable, str(LOCALSTACK), *args], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"ops/localstack.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result.stdout
+
+
+@cache
+def docker_engine_answers() -> bool:
+    if os.environ.get("OUTBOX_TESTS_NO_DOCKER"):
+        return False
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        client.ping()
+        return True
+    except Exception:  # noqa: BLE001 - no engine, no socket, no permission: all mean "no Docker"
+        return False
+
+
+@cache
+def local_stack_env() -> dict[str, str]:
+    """Start (or reuse) the local stack and return the settings it wrote to .run/stack.env."""
+    run_stack("up", "--no-spark-jars")
+    env_file = ROOT / ".run" / "stack.env"
+    values = {}
+    for line in env_file.read_text().splitlines():
+        key, _, value = line.partition("=")
+        values[key] = value
+    return values
+
+
+class _Containers:
+    """Containers started for this session when a Docker engine answers; stopped at the end."""
+
+    def __init__(self) -> None:
+        self.started: list[object] = []
+
+    def kafka(self) -> str:
+        from testcontainers.kafka import KafkaContainer
+
+        container = KafkaContainer().with_kraft()
+        container.start()
+        self.started.append(container)
+        return str(container.get_bootstrap_server())
+
+    def postgres(self) -> str:
+        from testcontainers.postgres import PostgresContainer
+
+        container = PostgresContainer("postgres:16", driver="psycopg")
+        container.start()
+        self.started.append(container)
+        return str(container.get_connection_url())
+
+    def sqlserver(self) -> str:
+        from testcontainers.mssql import SqlServerContainer
+
+        container = SqlServerContainer("mcr.microsoft.com/mssql/server:2022-latest", dialect="mssql+pyodbc")
+        container.start()
+        self.started.append(container)
+        return str(container.get_connection_url()) + "?driver=ODBC+Driver+18+for+SQL+Server&TrustServerCertificate=yes"
+
+    def stop(self) -> None:
+        for container in reversed(self.started):
+            container.stop()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def containers() -> Iterator[_Containers]:
+    holder = _Containers()
+    yield holder
+    holder.stop()
+
+
+# ------------------------------------------------------------------------------------------------ kafka
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(containers: _Containers) -> str:
+    """Bootstrap servers of a real Kafka cluster."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        return os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    if docker_engine_answers():
+        return containers.kafka()
+    return local_stack_env()["KAFKA_BOOTSTRAP_SERVERS"]
+
+
+@pytest.fixture()
+def topic_factory(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
+    """Create uniquely named topics for one test; they are deleted afterwards."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    created: list[str] = []
+
+    def create(prefix: str = "t", partitions: int = 3, replication: int = 1, config: dict[str, str] | None = None,
+               name: str | None = None) -> str:
+        topic = name or f"{prefix}.{uuid.uuid4().hex[:10]}"
+        futures = admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=replication, config=config or {})]
+        )
+        futures[topic].result(timeout=30)
+        created.append(topic)
+        return topic
+
+    yield create
+    if created:
+        for future in admin.delete_topics(created).values():
+            try:
+                future.result(timeout=30)
+            except Exception:  # noqa: BLE001 - a topic the test already deleted is fine
+                pass
+
+
+@dataclass
+class LocalKafkaCluster:
+    """A 3-broker KRaft cluster of the local stack whose brokers a test may stop and start."""
+
+    name: str
+    bootstrap: str
+    brokers: int
+
+    def stop_broker(self, node: int, kill: bool = True) -> None:
+        run_stack("broker-stop", "--cluster", self.name, "--node", str(node), *(["--kill"] if kill else []))
+
+    def start_broker(self, node: int) -> None:
+        run_stack("broker-start", "--cluster", self.name, "--node", str(node), "--wait")
+
+    def start_all(self) -> None:
+        run_stack("kafka-up", "--cluster", self.name, "--brokers", str(self.brokers), "--port", str(KAFKA3_PORT))
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster3() -> Iterator[LocalKafkaCluster]:
+    """Fault tests need to kill brokers, so this cluster is always the project's own local processes."""
+    cluster = LocalKafkaCluster(
+        name="kafka3",
+        bootstrap=",".join(f"127.0.0.1:{KAFKA3_PORT + i}" for i in range(3)),
+        brokers=3,
+    )
+    cluster.start_all()
+    yield cluster
+    cluster.start_all()  # leave it whole for the next test session
+
+
+# ------------------------------------------------------------------------------------------- databases
+
+
+@pytest.fixture()
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'outbox.db'}"
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(containers: _Containers) -> str:
+    """A PostgreSQL URL with the right to create databases."""
+    if os.environ.get("OUTBOX_DB_URL", "").startswith("postgresql"):
+        return os.environ["OUTBOX_DB_URL"]
+    if docker_engine_answers():
+        return containers.postgres()
+    return local_stack_env()["OUTBOX_PG_ADMIN_URL"]
+
+
+@pytest.fixture()
+def postgres_url(pg_admin_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield make_url(pg_admin_url).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlserver_server_url(containers: _Containers) -> str:
+    if os.environ.get("TEST_SQLSERVER_URL"):
+        return os.environ["TEST_SQLSERVER_URL"]
+    if docker_engine_answers():
+        return containers.sqlserver()
+    pytest.skip(
+        "needs a live SQL Server: set TEST_SQLSERVER_URL (an mssql+pyodbc URL) or run with a Docker engine; "
+        "SQL Server cannot run on this machine"
+    )
+
+
+@pytest.fixture()
+def sqlserver_url(sqlserver_server_url: str) -> Iterator[str]:
+    """A fresh SQL Server database for one test, dropped afterwards."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(sqlserver_server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE [{name}]"))
+        conn.execute(text(f"ALTER DATABASE [{name}] SET ALLOW_SNAPSHOT_ISOLATION ON"))
+    yield make_url(sqlserver_server_url).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(text(f"ALTER DATABASE [{name}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE"))
+        conn.execute(text(f"DROP DATABASE [{name}]"))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mssql"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """One URL per store backend, for contract tests that every backend must pass."""
+    fixture = {"sqlite": "sqlite_url", "postgresql": "postgres_url", "mssql": "sqlserver_url"}[request.param]
+    return str(request.getfixturevalue(fixture))
+
+
+# ----------------------------------------------------------------------------------------------- spark
+
+
+@pytest.fixture(scope="session")
+def spark_jars_dir() -> Path:
+    """The Kafka connector and Delta jars, resolved through Maven into .cache/jars/spark."""
+    return Path(run_stack("jars", "spark").strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def spark(spark_jars_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One local[2] Spark session with the cached jars, pinned to loopback."""
+    from projections.session import build_session
+
+    session = build_session(
+        app_name="outbox-tests",
+        jars_dir=spark_jars_dir,
+        warehouse=tmp_path_factory.mktemp("warehouse"),
+        shuffle_partitions=2,
+    )
+    yield session
+    session.stop()
