@@ -1,0 +1,207 @@
+"""The outbox tables as SQLAlchemy Core metadata: the one description that queries and migrations share.
+
+The tables are created only by the Alembic migrations (`bridge.migrate.upgrade`), never by
+`metadata.create_all`: the migrations add what a portable `Table` cannot say, namely the
+PostgreSQL sequence function and notify trigger and each dialect's commit-visibility column.
+A test compares a migrated database with this metadata, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Dialect,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    TypeDecorator,
+    Unicode,
+    UnicodeText,
+    UniqueConstraint,
+    event,
+    text,
+)
+from sqlalchemy.dialects import mssql
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.types import DateTime, Text, TypeEngine, UserDefinedType
+
+from bridge.errors import ConfigurationError
+
+#: PostgreSQL channel the insert trigger notifies, so a bridge can LISTEN instead of polling hard.
+NOTIFY_CHANNEL: Final = "outbox_events"
+#: PostgreSQL function that gives `domain_events.seq` its default (see the migration for why).
+SEQ_FUNCTION: Final = "outbox_next_seq"
+#: PostgreSQL sequence behind `SEQ_FUNCTION`, owned by `domain_events.seq`.
+SEQ_SEQUENCE: Final = "domain_events_seq_seq"
+#: The commit-visibility ("horizon") column each dialect adds to `domain_events`. It is left out of
+#: the portable `Table` below so that `select(domain_events)` works on every dialect; SQLite needs
+#: none because it has one writer at a time, so commit order is seq order.
+HORIZON_COLUMNS: Final[dict[str, str]] = {"postgresql": "txid", "mssql": "row_version"}
+#: The unique constraint on `domain_events.event_id`; a violation of it means a duplicate event.
+EVENT_ID_UNIQUE: Final = "uq_domain_events_event_id"
+#: Dialects the migrations know how to build the outbox for.
+SUPPORTED_DIALECTS: Final = ("sqlite", "postgresql", "mssql")
+
+
+class UtcTimestamp(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp: `timestamptz`, `DATETIMEOFFSET`, or ISO 8601 text on SQLite.
+
+    SQLite stores `YYYY-MM-DDTHH:MM:SS.ffffffZ`, the same shape as its column default, so the text
+    sorts in time order whichever side wrote it.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(Text())
+        if dialect.name == "mssql":
+            return dialect.type_descriptor(mssql.DATETIMEOFFSET())  # type: ignore[no-untyped-call]
+        return dialect.type_descriptor(DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"timestamp {value.isoformat()} has no timezone; pass an aware datetime (UTC)")
+        value = value.astimezone(UTC)
+        if dialect.name == "sqlite":
+            return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        parsed = datetime.fromisoformat(value) if isinstance(value, str) else value
+        if not isinstance(parsed, datetime):
+            raise TypeError(f"expected a timestamp, the database returned {value!r}")
+        # Text written by other applications without an offset is taken to be UTC, as the column says.
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+class utc_now(FunctionElement[datetime]):
+    """The database's current UTC time, usable as a column default on every supported dialect."""
+
+    type = UtcTimestamp()
+    inherit_cache = True
+
+
+@compiles(utc_now)
+def _utc_now_default(element: utc_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "CURRENT_TIMESTAMP"
+
+
+@compiles(utc_now, "postgresql")
+def _utc_now_postgresql(element: utc_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "now()"
+
+
+@compiles(utc_now, "mssql")
+def _utc_now_mssql(element: utc_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "SYSUTCDATETIME()"
+
+
+@compiles(utc_now, "sqlite")
+def _utc_now_sqlite(element: utc_now, compiler: SQLCompiler, **kw: Any) -> str:
+    # strftime's %f is seconds with milliseconds; the literal 000 pads it to UtcTimestamp's microseconds.
+    return "strftime('%Y-%m-%dT%H:%M:%f000Z', 'now')"
+
+
+class XID8(UserDefinedType[str]):
+    """PostgreSQL's 64-bit transaction id type, read back as decimal text."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "XID8"
+
+
+#: JSON and free text: `text` on PostgreSQL and SQLite, `NVARCHAR(MAX)` on SQL Server (whose plain
+#: `Text` would be the deprecated TEXT/NTEXT types).
+LongText: Final = UnicodeText().with_variant(mssql.NVARCHAR(), "mssql")
+#: `seq`: SQLite makes only an `INTEGER PRIMARY KEY` an alias of its rowid.
+SeqType: Final = BigInteger().with_variant(Integer(), "sqlite")
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+domain_events = Table(
+    "domain_events",
+    metadata,
+    Column("seq", SeqType, primary_key=True, autoincrement=True),
+    Column("event_id", Unicode(100), nullable=False),
+    Column("aggregate_type", Unicode(255), nullable=False),
+    Column("aggregate_id", Unicode(255), nullable=False),
+    Column("event_type", Unicode(255), nullable=False),
+    Column("payload", LongText, nullable=False),
+    Column("headers", LongText, nullable=True),
+    Column("occurred_at", UtcTimestamp(), nullable=False, server_default=utc_now()),
+    Column("schema_version", Integer, nullable=False, server_default=text("1")),
+    UniqueConstraint("event_id", name=EVENT_ID_UNIQUE),
+    sqlite_autoincrement=True,
+)
+
+bridge_offsets = Table(
+    "bridge_offsets",
+    metadata,
+    Column("bridge_name", String(200), primary_key=True),
+    Column("watermark", BigInteger, nullable=False, server_default=text("0")),
+    Column("epoch", BigInteger, nullable=False, server_default=text("0")),
+    Column("owner", Unicode(255), nullable=True),
+    Column("lease_expires_at", UtcTimestamp(), nullable=True),
+    Column("heartbeat_at", UtcTimestamp(), nullable=True),
+    Column("updated_at", UtcTimestamp(), nullable=False, server_default=utc_now()),
+    Column("status_json", LongText, nullable=True),
+)
+
+bridge_replay_audit = Table(
+    "bridge_replay_audit",
+    metadata,
+    Column("id", SeqType, primary_key=True, autoincrement=True),
+    Column("bridge_name", String(200), nullable=False),
+    Column("mode", String(16), nullable=False),
+    Column("from_seq", BigInteger, nullable=False),
+    Column("to_seq", BigInteger, nullable=True),
+    Column("filters_json", LongText, nullable=True),
+    Column("requested_by", Unicode(255), nullable=False),
+    Column("reason", LongText, nullable=True),
+    Column("requested_at", UtcTimestamp(), nullable=False, server_default=utc_now()),
+    Column("applied_at", UtcTimestamp(), nullable=True),
+    Column("status", String(32), nullable=False, server_default="pending"),
+)
+
+bridge_holes = Table(
+    "bridge_holes",
+    metadata,
+    Column("bridge_name", String(200), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("settled_at", UtcTimestamp(), nullable=False, server_default=utc_now()),
+    PrimaryKeyConstraint("bridge_name", "seq"),
+)
+
+#: `bridge_replay_audit.mode` and `.status` values.
+REPLAY_MODES: Final = ("rewind", "range")
+REPLAY_STATUSES: Final = ("pending", "applied", "refused", "done")
+
+
+@event.listens_for(metadata, "before_create")
+def _refuse_create_all(target: MetaData, connection: Connection, **kw: Any) -> None:
+    raise ConfigurationError(
+        "the outbox tables are created by the migrations, not metadata.create_all(): "
+        "run bridge.migrate.upgrade(url) or `outbox-bridge migrate`"
+    )

@@ -1,0 +1,129 @@
+"""Reading the outbox on PostgreSQL below the commit-visibility horizon, and naming what holds it back.
+
+Each read takes the visible rows after the cursor and `pg_current_snapshot()` in ONE statement, so
+the horizon describes exactly the snapshot the rows came from. Run each read in its own short
+transaction (READ COMMITTED, or autocommit): under REPEATABLE READ every read of a transaction would
+see the same snapshot and the horizon would never move.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, ColumnElement, Text, cast, func, select, text, true
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+
+from bridge.store.failures import store_error
+from bridge.store.holes import HoleTracker, Horizon, SeqRange
+from bridge.store.rows import ROW_COLUMNS, OutboxRow, rows_after
+
+
+@dataclass(frozen=True, slots=True)
+class VisibleRows:
+    """Rows visible after a cursor, in seq order, with the horizon of the snapshot that saw them."""
+
+    rows: tuple[OutboxRow, ...]
+    horizon: Horizon
+
+
+@dataclass(frozen=True, slots=True)
+class Poll:
+    """One step of the tail: rows to publish now (contiguous after the old cursor, in seq order), the
+    permanent holes passed over, and the hole still waited on, if any."""
+
+    rows: tuple[OutboxRow, ...]
+    settled: tuple[SeqRange, ...]
+    waiting_on: SeqRange | None
+    horizon: Horizon
+    cursor: int
+
+
+@dataclass(frozen=True, slots=True)
+class HorizonHolder:
+    """A running transaction that holds the horizon back: the operator's answer to "why is it stuck"."""
+
+    pid: int
+    xid: str | None
+    started_at: datetime | None
+    state: str | None
+    application_name: str | None
+    client: str | None
+    query: str | None
+
+
+def _xid8_as_bigint(expression: ColumnElement[Any]) -> ColumnElement[int]:
+    # xid8 has no cast to bigint; its text form is the decimal 64-bit id.
+    return cast(cast(expression, Text), BigInteger)
+
+
+def read_visible(conn: Connection, after: int, limit: int) -> VisibleRows:
+    """Up to `limit` visible rows with seq above `after`, and the horizon of the same snapshot."""
+    snapshot = select(func.pg_current_snapshot().label("s")).subquery("snapshot")
+    events = rows_after(after, limit).lateral("events")
+    query = (
+        select(
+            _xid8_as_bigint(func.pg_snapshot_xmin(snapshot.c.s)).label("horizon_low"),
+            _xid8_as_bigint(func.pg_snapshot_xmax(snapshot.c.s)).label("horizon_high"),
+            *(events.c[column.name] for column in ROW_COLUMNS),
+        )
+        # The outer join returns the snapshot even when no row is visible.
+        .select_from(snapshot.outerjoin(events, true()))
+        .order_by(events.c.seq)
+    )
+    try:
+        result = conn.execute(query).mappings().all()
+    except DBAPIError as exc:
+        raise store_error(exc, f"reading domain_events after seq {after}") from exc
+    horizon = Horizon(low=int(result[0]["horizon_low"]), high=int(result[0]["horizon_high"]))
+    rows = tuple(OutboxRow.from_mapping(row) for row in result if row["seq"] is not None)
+    return VisibleRows(rows, horizon)
+
+
+def poll(conn: Connection, tracker: HoleTracker, limit: int) -> Poll:
+    """Read after the tracker's cursor and advance it: what to publish now, in seq order."""
+    visible = read_visible(conn, tracker.cursor, limit)
+    step = tracker.advance((row.seq for row in visible.rows), visible.horizon)
+    by_seq = {row.seq: row for row in visible.rows}
+    return Poll(
+        rows=tuple(by_seq[seq] for seq in step.deliver),
+        settled=step.settled,
+        waiting_on=step.waiting_on,
+        horizon=visible.horizon,
+        cursor=step.cursor,
+    )
+
+
+_HOLDERS = text(
+    """
+    SELECT pid, backend_xid::text AS xid, xact_start AS started_at, state, application_name,
+           client_addr::text AS client, left(query, 300) AS query
+    FROM pg_stat_activity
+    WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
+    ORDER BY age(backend_xid) DESC
+    LIMIT :limit
+    """
+)
+
+
+def horizon_holders(conn: Connection, limit: int = 5) -> list[HorizonHolder]:
+    """The oldest running transactions that have a transaction id, oldest first: the ones a pending
+    hole waits for. Query texts of other users show only with `pg_read_all_stats`."""
+    try:
+        result = conn.execute(_HOLDERS, {"limit": limit}).mappings().all()
+    except DBAPIError as exc:
+        raise store_error(exc, "listing the transactions that hold the horizon (pg_stat_activity)") from exc
+    return [
+        HorizonHolder(
+            pid=int(row["pid"]),
+            xid=row["xid"],
+            started_at=row["started_at"],
+            state=row["state"],
+            application_name=row["application_name"],
+            client=row["client"],
+            query=row["query"],
+        )
+        for row in result
+    ]
