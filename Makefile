@@ -1,0 +1,57 @@
+# Outbox bridge and event-stream projections. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BROKERS ?= 1
+PYTEST_ARGS ?=
+STAMP := $(VENV)/.installed
+
+export SPARK_LOCAL_IP := 127.0.0.1
+
+help: ## show the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@echo "  Variables: BROKERS=1|3 (make up), PYTEST_ARGS=... (make test)"
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[spark,dev,bench]'
+	@touch $(STAMP)
+
+venv: $(STAMP) ## create .venv and install the project with its pinned dependencies
+
+jars: $(STAMP) ## resolve the Kafka broker, Spark Kafka connector and Delta jars into .cache/jars
+	$(PY) ops/localstack.py jars kafka spark
+
+up: $(STAMP) ## start Kafka (BROKERS=1 or 3) and PostgreSQL on loopback; writes .run/stack.env
+	$(PY) ops/localstack.py up --brokers $(BROKERS)
+
+down: ## stop every process the local stack started
+	@if [ -x $(PY) ]; then $(PY) ops/localstack.py down; else $(PYTHON) ops/localstack.py down; fi
+
+status: $(STAMP) ## show which stack processes run
+	$(PY) ops/localstack.py status
+
+test: $(STAMP) jars ## run the whole test suite (starts what it needs)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: $(STAMP) ## run only the fast unit tests
+	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff and mypy (strict on bridge/ and projections/)
+	$(VENV)/bin/ruff check bridge projections tests ops bench migrations
+	$(VENV)/bin/mypy bridge projections
+
+demo: $(STAMP) jars ## run the end-to-end demo on embedded defaults
+	$(PY) -m bridge.demo
+
+bench: $(STAMP) jars ## run the benchmark suite; results go to docs/BENCHMARKS.md
+	$(PY) -m bench.run
+
+clean: down ## stop the stack and remove .run (keeps .venv and .cache)
+	rm -rf .run
+
+.PHONY: help venv jars up down status test test-unit lint demo bench clean

@@ -1,0 +1,158 @@
+"""`outbox-bridge`: run the daemon, migrate the outbox, show status, check topics.
+
+Configuration comes from flags, then environment variables, then a TOML file (`--config` or
+OUTBOX_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration,
+3 halted on a poison event, 4 unsafe topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+from bridge.errors import ConfigurationError, OutboxError
+
+log = logging.getLogger("bridge.cli")
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration file (also OUTBOX_CONFIG_FILE)")
+    parser.add_argument("--db-url", dest="db_url", help="SQLAlchemy URL of the outbox database (OUTBOX_DB_URL)")
+    parser.add_argument("--bootstrap-servers", dest="bootstrap_servers",
+                        help="Kafka bootstrap servers (KAFKA_BOOTSTRAP_SERVERS)")
+    parser.add_argument("--bridge-name", dest="bridge_name", help="bridge name, one watermark each (BRIDGE_NAME)")
+    parser.add_argument("--topic-template", dest="topic_template",
+                        help="topic per aggregate type, e.g. outbox.event.{aggregate_type} (BRIDGE_TOPIC_TEMPLATE)")
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from bridge.config import load_config
+
+    flags = {k: getattr(args, k, None) for k in ("db_url", "bootstrap_servers", "bridge_name", "topic_template",
+                                                  "max_in_flight", "metrics_port", "poison_policy",
+                                                  "allow_single_broker")}
+    return load_config(flags=flags, toml_path=args.config)
+
+
+# ------------------------------------------------------------------------------------------- commands
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from bridge import logs
+    from bridge.daemon import BridgeDaemon
+    from bridge.http import serve
+
+    config = _config(args)
+    logs.configure(config.log_level.value, json_lines=not args.plain_logs)
+    log.info("starting outbox bridge", extra={"config": config.masked()})
+    daemon = BridgeDaemon(config)
+    daemon.install_signal_handlers()
+    server = None
+    if config.metrics_port:
+        server = serve(config.metrics_host, config.metrics_port, daemon.metrics.registry,
+                       lambda: daemon.ready, lambda: {"instance": daemon.instance_id, "last_error": daemon.last_error})
+        log.info("serving /metrics, /healthz, /readyz",
+                 extra={"address": f"http://{config.metrics_host}:{config.metrics_port}"})
+    try:
+        return daemon.run()
+    finally:
+        if server is not None:
+            server.shutdown()
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from bridge.migrate import migrate_command
+
+    url = args.db_url
+    if url is None:
+        url = _config(args).db_url.get_secret_value()
+    return migrate_command(url, sql=args.sql, revision=args.revision, downgrade=args.downgrade)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from bridge.status import collect_status, render_status
+
+    config = _config(args)
+    status = collect_status(config)
+    if args.json:
+        print(json.dumps(status, indent=2, default=str))
+    else:
+        render_status(status)
+    return 0
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    from bridge.status import topics_command
+
+    return topics_command(_config(args), args.action, args.json, extra_topics=args.topic or [])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="outbox-bridge",
+        description="Publish every committed row of the domain_events outbox to Kafka, in seq order, never skipping.",
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the bridge daemon until SIGTERM/SIGINT",
+                         description="Tail domain_events and publish to Kafka. One instance per bridge name "
+                                     "publishes; others stand by and take over when its lease expires.")
+    _common(run)
+    run.add_argument("--max-in-flight", dest="max_in_flight", type=int,
+                     help="events sent but not yet below the watermark (BRIDGE_MAX_IN_FLIGHT)")
+    run.add_argument("--metrics-port", dest="metrics_port", type=int, help="port of /metrics; 0 disables")
+    run.add_argument("--poison-policy", dest="poison_policy", choices=["halt", "dead-letter"],
+                     help="what to do with a row that can never be published (BRIDGE_POISON_POLICY)")
+    run.add_argument("--allow-single-broker", dest="allow_single_broker", action="store_const", const=True,
+                     help="accept replication factor 1 on a one-broker development cluster")
+    run.add_argument("--plain-logs", action="store_true", help="human-readable logs instead of JSON lines")
+    run.set_defaults(func=cmd_run)
+
+    migrate = sub.add_parser("migrate", help="create or upgrade the outbox tables (Alembic)",
+                             description="Apply the migrations to OUTBOX_DB_URL, or print their DDL with --sql "
+                                         "for a DBA to apply (works offline, e.g. for mssql+pyodbc:// URLs).")
+    _common(migrate)
+    migrate.add_argument("--sql", action="store_true", help="print the DDL instead of applying it")
+    migrate.add_argument("--revision", default="head", help="target revision (default: head)")
+    migrate.add_argument("--downgrade", action="store_true", help="downgrade to --revision instead")
+    migrate.set_defaults(func=cmd_migrate)
+
+    status = sub.add_parser("status", help="watermark, head, lag, lease and what holds the horizon back")
+    _common(status)
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=cmd_status)
+
+    topics = sub.add_parser("topics", help="check or fix the safety settings of the bridge's topics")
+    _common(topics)
+    topics.add_argument("action", choices=["check", "ensure"],
+                        help="check: report and exit 4 if unsafe; ensure: create or fix what is safe to fix")
+    topics.add_argument("--topic", action="append", help="also check this topic (repeatable)")
+    topics.add_argument("--json", action="store_true", help="machine-readable output")
+    topics.set_defaults(func=cmd_topics)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except ConfigurationError as exc:
+        print(f"outbox-bridge: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OutboxError as exc:
+        print(f"outbox-bridge: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

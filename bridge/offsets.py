@@ -1,0 +1,189 @@
+"""The persisted low watermark and the lease that fences it: one active bridge per name.
+
+Every write of the watermark names the epoch the writer was granted; a take-over bumps the epoch, so
+a paused former leader that wakes up finds its epoch stale and cannot move the watermark.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from bridge.errors import FencedError
+from bridge.schema import bridge_offsets
+from bridge.store.failures import store_error
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The right to publish for `bridge_name`, valid while `epoch` is the row's epoch."""
+
+    bridge_name: str
+    owner: str
+    epoch: int
+    watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRow:
+    """What `bridge_offsets` says about one bridge."""
+
+    bridge_name: str
+    watermark: int
+    epoch: int
+    owner: str | None
+    lease_expires_at: datetime | None
+    heartbeat_at: datetime | None
+    updated_at: datetime | None
+    status: dict[str, Any]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class OffsetStore:
+    """Reads and writes `bridge_offsets` through one engine; every write is fenced by epoch and owner."""
+
+    def __init__(self, engine: Engine, bridge_name: str) -> None:
+        self._engine = engine
+        self._name = bridge_name
+
+    def read(self) -> OffsetRow | None:
+        try:
+            with self._engine.connect() as conn:
+                row = conn.execute(select(bridge_offsets).where(bridge_offsets.c.bridge_name == self._name)).first()
+        except DBAPIError as exc:
+            raise store_error(exc, f"reading bridge_offsets for {self._name!r}") from exc
+        if row is None:
+            return None
+        return OffsetRow(
+            bridge_name=row.bridge_name,
+            watermark=int(row.watermark),
+            epoch=int(row.epoch),
+            owner=row.owner,
+            lease_expires_at=row.lease_expires_at,
+            heartbeat_at=row.heartbeat_at,
+            updated_at=row.updated_at,
+            status=json.loads(row.status_json) if row.status_json else {},
+        )
+
+    def ensure_row(self, start_watermark: int = 0) -> None:
+        """Create this bridge's row on first use; a concurrent creator winning the race is fine."""
+        if self.read() is not None:
+            return
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(
+                    insert(bridge_offsets).values(
+                        bridge_name=self._name, watermark=start_watermark, epoch=0, updated_at=_now()
+                    )
+                )
+        except IntegrityError:
+            pass
+        except DBAPIError as exc:
+            raise store_error(exc, f"creating the bridge_offsets row for {self._name!r}") from exc
+
+    def try_acquire(self, owner: str, lease_seconds: float) -> Lease | None:
+        """Take the lease if it is free, expired or already ours; return it with a new epoch, else None."""
+        self.ensure_row()
+        current = self.read()
+        if current is None:
+            return None
+        now = _now()
+        free = current.owner is None or current.owner == owner or (
+            current.lease_expires_at is None or current.lease_expires_at <= now
+        )
+        if not free:
+            return None
+        epoch = current.epoch + 1
+        try:
+            with self._engine.begin() as conn:
+                # Compare-and-set on the epoch: of two instances racing for a free lease, one wins.
+                result = conn.execute(
+                    update(bridge_offsets)
+                    .where(bridge_offsets.c.bridge_name == self._name, bridge_offsets.c.epoch == current.epoch)
+                    .values(
+                        owner=owner,
+                        epoch=epoch,
+                        lease_expires_at=now + timedelta(seconds=lease_seconds),
+                        heartbeat_at=now,
+                        updated_at=now,
+                    )
+                )
+        except DBAPIError as exc:
+            raise store_error(exc, f"taking the lease of bridge {self._name!r}") from exc
+        if result.rowcount != 1:
+            return None
+        return Lease(self._name, owner, epoch, current.watermark)
+
+    def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any]) -> None:
+        """Write the watermark and renew the lease; raise FencedError if another instance took over."""
+        now = _now()
+        try:
+            with self._engine.begin() as conn:
+                result = conn.execute(
+                    update(bridge_offsets)
+                    .where(
+                        bridge_offsets.c.bridge_name == self._name,
+                        bridge_offsets.c.epoch == lease.epoch,
+                        bridge_offsets.c.owner == lease.owner,
+                    )
+                    .values(
+                        watermark=watermark,
+                        lease_expires_at=now + timedelta(seconds=lease_seconds),
+                        heartbeat_at=now,
+                        updated_at=now,
+                        status_json=json.dumps(status, default=str, separators=(",", ":")),
+                    )
+                )
+        except DBAPIError as exc:
+            raise store_error(exc, f"persisting the watermark {watermark} of bridge {self._name!r}") from exc
+        if result.rowcount != 1:
+            raise FencedError(
+                f"bridge {self._name!r}: lease epoch {lease.epoch} held by {lease.owner} is no longer current; "
+                "another instance took over, so this one stops publishing"
+            )
+
+    def release(self, lease: Lease) -> None:
+        """Give the lease up after a graceful stop, so a standby takes over at once."""
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(
+                    update(bridge_offsets)
+                    .where(bridge_offsets.c.bridge_name == self._name, bridge_offsets.c.epoch == lease.epoch)
+                    .values(owner=None, lease_expires_at=None, updated_at=_now())
+                )
+        except DBAPIError as exc:
+            raise store_error(exc, f"releasing the lease of bridge {self._name!r}") from exc
+
+    def set_watermark(self, watermark: int, expected_epoch: int | None = None) -> int:
+        """Move the watermark to any value (replay); bumps the epoch so a running leader re-reads it.
+
+        Returns the new epoch. With `expected_epoch`, fails with FencedError if the epoch moved meanwhile.
+        """
+        current = self.read()
+        if current is None:
+            self.ensure_row(watermark)
+            current = self.read()
+            assert current is not None
+        epoch = current.epoch if expected_epoch is None else expected_epoch
+        try:
+            with self._engine.begin() as conn:
+                result = conn.execute(
+                    update(bridge_offsets)
+                    .where(bridge_offsets.c.bridge_name == self._name, bridge_offsets.c.epoch == epoch)
+                    .values(watermark=watermark, epoch=epoch + 1, owner=None, lease_expires_at=None,
+                            updated_at=_now())
+                )
+        except DBAPIError as exc:
+            raise store_error(exc, f"setting the watermark of bridge {self._name!r}") from exc
+        if result.rowcount != 1:
+            raise FencedError(f"bridge {self._name!r}: epoch moved while setting the watermark; retry")
+        return epoch + 1

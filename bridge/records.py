@@ -1,0 +1,82 @@
+"""From an outbox row to a Kafka record, as fixed by the design: topic from the template, key the
+aggregate id, value the payload bytes unchanged, and the event's metadata as headers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from bridge.errors import PoisonEventError
+from bridge.store.rows import OutboxRow
+
+# Kafka's default max.message.bytes for a topic (1 MiB + record batch overhead).
+DEFAULT_MAX_MESSAGE_BYTES: Final = 1_048_588
+# Per-record overhead of the batch format beyond key, value and headers; keeps the size check conservative.
+_RECORD_OVERHEAD: Final = 128
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaRecord:
+    """A record ready for `Producer.produce`."""
+
+    seq: int
+    topic: str
+    key: bytes
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+    @property
+    def size(self) -> int:
+        return len(self.key) + len(self.value) + sum(len(k) + len(v) for k, v in self.headers) + _RECORD_OVERHEAD
+
+
+def build_record(
+    row: OutboxRow, route: Callable[[str], str], max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+) -> KafkaRecord:
+    """Build the record for a row, or raise PoisonEventError naming the seq and why it can never be sent.
+
+    `route` maps an aggregate type to its topic and raises ValueError for a name Kafka would refuse.
+    """
+    if not row.aggregate_id:
+        raise PoisonEventError(row.seq, "aggregate_id is empty, so the record would have no key")
+    try:
+        topic = route(row.aggregate_type)
+    except ValueError as exc:
+        raise PoisonEventError(row.seq, f"unroutable: {exc}") from exc
+    try:
+        json.loads(row.payload)
+    except ValueError as exc:
+        raise PoisonEventError(row.seq, f"payload is not valid JSON ({exc})") from exc
+    headers: list[tuple[str, bytes]] = [
+        ("event_id", row.event_id.encode()),
+        ("event_type", row.event_type.encode()),
+        ("aggregate_type", row.aggregate_type.encode()),
+        ("seq", str(row.seq).encode()),
+        ("occurred_at", row.occurred_at.isoformat().encode()),
+    ]
+    if row.headers:
+        headers.extend(_row_headers(row))
+    record = KafkaRecord(row.seq, topic, row.aggregate_id.encode(), row.payload.encode(), headers)
+    if record.size > max_message_bytes:
+        raise PoisonEventError(
+            row.seq,
+            f"record is {record.size} bytes, over the {max_message_bytes}-byte limit of topic {topic} "
+            "(raise the topic's max.message.bytes and the producer's message.max.bytes, or shrink the event)",
+        )
+    return record
+
+
+def _row_headers(row: OutboxRow) -> list[tuple[str, bytes]]:
+    try:
+        parsed = json.loads(row.headers or "")
+    except ValueError as exc:
+        raise PoisonEventError(row.seq, f"headers column is not valid JSON ({exc})") from exc
+    if not isinstance(parsed, dict):
+        raise PoisonEventError(row.seq, "headers column must be a JSON object of string values")
+    out = []
+    for key, value in parsed.items():
+        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        out.append((str(key), text.encode()))
+    return out

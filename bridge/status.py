@@ -1,0 +1,107 @@
+"""What `outbox-bridge status` and `outbox-bridge topics` report, as plain data first, then rendered."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bridge.config import BridgeConfig
+from bridge.offsets import OffsetStore
+from bridge.source import make_engine, make_source
+from bridge.topics import TopicGuard, TopicPolicy
+
+EXIT_UNSAFE = 4
+
+
+def collect_status(config: BridgeConfig) -> dict[str, Any]:
+    """The bridge's state from the database: watermark, head, lag, lease, the daemon's last report."""
+    engine = make_engine(config.db_url.get_secret_value())
+    try:
+        row = OffsetStore(engine, config.bridge_name).read()
+        watermark = row.watermark if row else 0
+        source = make_source(engine, watermark)
+        head = source.head_seq()
+        oldest = source.oldest_after(watermark)
+        now = datetime.now(UTC)
+        lease_active = bool(row and row.owner and row.lease_expires_at and row.lease_expires_at > now)
+        reported = row.status if row else {}
+        return {
+            "bridge_name": config.bridge_name,
+            "watermark": watermark,
+            "head_seq": head,
+            "lag_events": max(0, head - watermark),
+            "lag_seconds": round((now - oldest.occurred_at).total_seconds(), 3) if oldest else 0.0,
+            "in_flight": reported.get("in_flight", 0) if lease_active else 0,
+            "active_instance": row.owner if lease_active and row else None,
+            "epoch": row.epoch if row else 0,
+            "lease_expires_at": row.lease_expires_at.isoformat() if row and row.lease_expires_at else None,
+            "heartbeat_at": row.heartbeat_at.isoformat() if row and row.heartbeat_at else None,
+            "horizon_holder": reported.get("horizon_holder"),
+            "holes_settled": reported.get("holes_settled"),
+            "last_error": reported.get("last_error"),
+            "halted_at_seq": reported.get("halted_at_seq"),
+        }
+    finally:
+        engine.dispose()
+
+
+def render_status(status: dict[str, Any]) -> None:
+    table = Table(title=f"outbox bridge {status['bridge_name']!r}", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    for key, value in status.items():
+        if key == "bridge_name":
+            continue
+        shown = json.dumps(value, default=str) if isinstance(value, dict) else ("-" if value is None else str(value))
+        table.add_row(key.replace("_", " "), shown)
+    Console().print(table)
+
+
+def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topics: list[str]) -> int:
+    """Check (or ensure) every topic the bridge writes: one per aggregate type in the outbox, plus the DLQ."""
+    guard = TopicGuard(
+        config.bootstrap_servers,
+        TopicPolicy(config.topic_partitions, config.replication_factor, config.allow_single_broker),
+    )
+    topics = sorted(set(_event_topics(config)) | set(extra_topics) | {config.dlq_topic_name})
+    reports = []
+    for topic in topics:
+        report = guard.check(topic)
+        if action == "ensure":
+            if not report.exists and config.allow_create_topics:
+                guard.create(topic)
+                report = guard.check(topic)
+            elif report.problems:
+                report.problems = guard.fix(report)
+        reports.append(report)
+    unsafe = [r for r in reports if not r.safe]
+    if as_json:
+        print(json.dumps([r.__dict__ | {"safe": r.safe} for r in reports], indent=2, default=str))
+    else:
+        table = Table(title="bridge topics")
+        for column in ("topic", "partitions", "rf", "min isr", "unclean", "verdict"):
+            table.add_column(column)
+        for r in reports:
+            verdict = "ok" if r.safe else "; ".join(r.problems)
+            table.add_row(r.topic, str(r.partitions), str(r.replication_factor), str(r.min_insync_replicas),
+                          str(r.unclean_leader_election), verdict)
+        Console().print(table)
+    return EXIT_UNSAFE if unsafe else 0
+
+
+def _event_topics(config: BridgeConfig) -> list[str]:
+    from sqlalchemy import select
+
+    from bridge.schema import domain_events
+
+    engine = make_engine(config.db_url.get_secret_value())
+    try:
+        with engine.connect() as conn:
+            types = [r[0] for r in conn.execute(select(domain_events.c.aggregate_type).distinct())]
+    finally:
+        engine.dispose()
+    return [config.topic_for(t) for t in types]

@@ -1,0 +1,174 @@
+"""Topic safety: the settings that decide whether an acknowledged write can be lost.
+
+A topic the bridge writes must have replication factor N, `min.insync.replicas` N-1 (at least 1) and
+unclean leader election off. A one-broker development cluster is allowed only when asked for, loudly.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from bridge.errors import TopicSafetyError
+
+log = logging.getLogger("bridge.topics")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPolicy:
+    """What a safe topic looks like for this bridge."""
+
+    partitions: int
+    replication_factor: int
+    allow_single_broker: bool = False
+
+    def effective_replication(self, brokers: int) -> int:
+        if brokers < self.replication_factor and self.allow_single_broker and brokers == 1:
+            return 1
+        return self.replication_factor
+
+    @staticmethod
+    def min_isr(replication: int) -> int:
+        return max(1, replication - 1)
+
+
+@dataclass(slots=True)
+class TopicReport:
+    """The state of one topic against the policy: problems are unsafe, notes are informational."""
+
+    topic: str
+    exists: bool
+    partitions: int | None = None
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
+    unclean_leader_election: bool | None = None
+    max_message_bytes: int | None = None
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def safe(self) -> bool:
+        return self.exists and not self.problems
+
+
+class TopicGuard:
+    """Checks, creates and (where safe) fixes the bridge's topics through the admin API."""
+
+    def __init__(self, bootstrap_servers: str, policy: TopicPolicy, timeout: float = 30.0) -> None:
+        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+        self._policy = policy
+        self._timeout = timeout
+
+    def broker_count(self) -> int:
+        return len(self._admin.list_topics(timeout=self._timeout).brokers)
+
+    def check(self, topic: str) -> TopicReport:
+        metadata = self._admin.list_topics(topic=topic, timeout=self._timeout)
+        brokers = len(metadata.brokers)
+        described = metadata.topics.get(topic)
+        if described is None or described.error is not None:
+            return TopicReport(topic, exists=False, problems=[f"topic {topic} does not exist"])
+        partitions = described.partitions
+        rf = min(len(p.replicas) for p in partitions.values()) if partitions else 0
+        resource = ConfigResource("topic", topic)
+        config = next(iter(self._admin.describe_configs([resource]).values())).result(self._timeout)
+        report = TopicReport(
+            topic,
+            exists=True,
+            partitions=len(partitions),
+            replication_factor=rf,
+            min_insync_replicas=int(config["min.insync.replicas"].value),
+            unclean_leader_election=config["unclean.leader.election.enable"].value == "true",
+            max_message_bytes=int(config["max.message.bytes"].value),
+        )
+        wanted_rf = self._policy.effective_replication(brokers)
+        if rf < wanted_rf:
+            report.problems.append(
+                f"topic {topic}: replication.factor is {rf}, needs {wanted_rf}; recreate the topic or reassign "
+                "partitions (kafka-reassign-partitions) to add replicas"
+            )
+        elif rf == 1:
+            report.notes.append(
+                f"topic {topic}: replication factor 1 on a {brokers}-broker development cluster; one disk "
+                "failure loses acknowledged events (allowed by BRIDGE_ALLOW_SINGLE_BROKER)"
+            )
+        min_isr = TopicPolicy.min_isr(rf)
+        if report.min_insync_replicas is not None and report.min_insync_replicas < min_isr:
+            report.problems.append(
+                f"topic {topic}: min.insync.replicas is {report.min_insync_replicas}, needs {min_isr} for "
+                f"replication factor {rf}; run `outbox-bridge topics ensure` or kafka-configs --alter "
+                f"--add-config min.insync.replicas={min_isr}"
+            )
+        if report.unclean_leader_election:
+            report.problems.append(
+                f"topic {topic}: unclean.leader.election.enable is true, so a lagging replica may become leader "
+                "and drop acknowledged events; set it to false (`outbox-bridge topics ensure`)"
+            )
+        if report.partitions is not None and report.partitions < self._policy.partitions:
+            report.notes.append(
+                f"topic {topic}: {report.partitions} partitions, the bridge's setting is {self._policy.partitions} "
+                "(left as is: adding partitions moves keys)"
+            )
+        return report
+
+    def create(self, topic: str) -> None:
+        brokers = self.broker_count()
+        rf = self._policy.effective_replication(brokers)
+        if rf > brokers:
+            raise TopicSafetyError(
+                f"cannot create topic {topic} with replication factor {rf} on a {brokers}-broker cluster; "
+                "add brokers, lower BRIDGE_REPLICATION_FACTOR, or for development set BRIDGE_ALLOW_SINGLE_BROKER=true"
+            )
+        new = NewTopic(
+            topic,
+            num_partitions=self._policy.partitions,
+            replication_factor=rf,
+            config={
+                "min.insync.replicas": str(TopicPolicy.min_isr(rf)),
+                "unclean.leader.election.enable": "false",
+            },
+        )
+        try:
+            self._admin.create_topics([new])[topic].result(self._timeout)
+        except KafkaException as exc:
+            if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                raise
+        log.info("created topic", extra={"topic": topic, "partitions": self._policy.partitions, "rf": rf})
+
+    def fix(self, report: TopicReport) -> list[str]:
+        """Set min.insync.replicas and unclean leader election where wrong; return what is left unfixed."""
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+        entries = []
+        rf = report.replication_factor or 1
+        if report.min_insync_replicas is not None and report.min_insync_replicas < TopicPolicy.min_isr(rf):
+            entries.append(ConfigEntry("min.insync.replicas", str(TopicPolicy.min_isr(rf)),
+                                       incremental_operation=AlterConfigOpType.SET))
+        if report.unclean_leader_election:
+            entries.append(ConfigEntry("unclean.leader.election.enable", "false",
+                                       incremental_operation=AlterConfigOpType.SET))
+        if entries:
+            resource = ConfigResource("topic", report.topic, incremental_configs=entries)
+            next(iter(self._admin.incremental_alter_configs([resource]).values())).result(self._timeout)
+        after = self.check(report.topic)
+        return after.problems
+
+    def ensure(self, topic: str, allow_create: bool) -> TopicReport:
+        """Check a topic, creating it if missing and allowed; raise TopicSafetyError if it is unsafe."""
+        report = self.check(topic)
+        if not report.exists:
+            if not allow_create:
+                raise TopicSafetyError(
+                    f"topic {topic} does not exist and BRIDGE_ALLOW_CREATE_TOPICS is false; create it with "
+                    f"replication factor {self._policy.replication_factor} or run `outbox-bridge topics ensure`"
+                )
+            self.create(topic)
+            report = self.check(topic)
+        if report.problems:
+            raise TopicSafetyError("; ".join(report.problems))
+        for note in report.notes:
+            log.warning(note)
+        return report

@@ -1,0 +1,59 @@
+"""`make up && make up && make down` on a separate run directory: the second `up` changes nothing and
+`down` leaves no process of the stack running."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _stack_pids(run_dir: Path) -> set[int]:
+    """Processes whose command line or data directory points into run_dir."""
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(run_dir) in cmdline:
+            pids.add(int(proc.name))
+    return pids
+
+
+def _make(target: str, env: dict[str, str]) -> str:
+    result = subprocess.run(["make", "-s", target], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300, check=False)
+    assert result.returncode == 0, f"make {target} failed:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+@pytest.mark.timeout(600)
+def test_up_is_idempotent_and_down_leaves_nothing(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "OUTBOX_RUN_DIR": str(run_dir), "OUTBOX_KAFKA_PORT": "39092",
+           "OUTBOX_PG_PORT": "56432", "BROKERS": "1"}
+    # The postgres account must be able to reach its data directory under pytest's tmp directory.
+    for parent in [tmp_path, *tmp_path.parents]:
+        parent.chmod(parent.stat().st_mode | 0o001)
+    try:
+        first = _make("up", env)
+        assert "started Kafka" in first and "starting PostgreSQL" in first
+        pids_after_first = _stack_pids(run_dir)
+        assert len(pids_after_first) >= 2, "expected a broker and a postmaster"
+        stack_env = (run_dir / "stack.env").read_text()
+        assert "KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:39092" in stack_env
+        assert "OUTBOX_DB_URL=postgresql+psycopg://postgres@127.0.0.1:56432/outbox" in stack_env
+
+        second = _make("up", env)
+        assert "started Kafka" not in second and "starting PostgreSQL" not in second
+        assert _stack_pids(run_dir) == pids_after_first
+    finally:
+        _make("down", env)
+    assert _stack_pids(run_dir) == set()
