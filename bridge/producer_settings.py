@@ -1,0 +1,194 @@
+"""The librdkafka producer settings: replication-safe by construction, extras checked for weakening.
+
+The bridge never loses an acknowledged event only if the producer is idempotent, waits for all
+in-sync replicas, keeps at most 5 requests in flight and retries until the delivery timeout. Extra
+settings (`BRIDGE_PRODUCER_EXTRA`, TOML `[producer]`) may tune anything else; one that weakens
+these is refused unless `BRIDGE_ALLOW_UNSAFE_PRODUCER` is true, and then it is warned about.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from pydantic import SecretStr
+
+from bridge.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from bridge.config import BridgeConfig
+
+log = logging.getLogger(__name__)
+
+EXTRA_ENV: Final = "BRIDGE_PRODUCER_EXTRA"
+ALLOW_UNSAFE_ENV: Final = "BRIDGE_ALLOW_UNSAFE_PRODUCER"
+MAX_INT32: Final = 2_147_483_647
+MASK: Final = "**********"
+JAVA_COMPATIBLE_PARTITIONERS: Final = frozenset({"murmur2_random", "murmur2"})
+
+# librdkafka's own defaults, kept as floors so a small window never shrinks the producer queue.
+_QUEUE_MAX_MESSAGES_DEFAULT = 100_000
+_QUEUE_MAX_KBYTES_DEFAULT = 1_048_576
+
+# Extras may not set what a typed setting owns: one place per setting, so the logged config is the truth.
+_OWNED_BY_SETTING: Final[Mapping[str, str]] = {
+    "bootstrap.servers": "KAFKA_BOOTSTRAP_SERVERS",
+    "metadata.broker.list": "KAFKA_BOOTSTRAP_SERVERS",
+    "linger.ms": "BRIDGE_LINGER_MS",
+    "queue.buffering.max.ms": "BRIDGE_LINGER_MS",
+    "batch.size": "BRIDGE_BATCH_SIZE",
+    "compression.type": "BRIDGE_COMPRESSION",
+    "compression.codec": "BRIDGE_COMPRESSION",
+    "delivery.timeout.ms": "BRIDGE_DELIVERY_TIMEOUT_MS",
+    "message.timeout.ms": "BRIDGE_DELIVERY_TIMEOUT_MS",
+}
+
+
+# librdkafka properties whose values are credentials, or may embed them.
+_SECRET_KEY = re.compile(r"password|secret|key\.pem|oauthbearer\.config|jaas", re.IGNORECASE)
+
+
+def is_secret_producer_key(key: str) -> bool:
+    """Whether the librdkafka property key holds a credential that must never be logged."""
+    return _SECRET_KEY.search(key) is not None
+
+
+def _is_false(value: object) -> bool:
+    return value is False or str(value).strip().lower() in {"false", "0", "no", "off", "f", "n"}
+
+
+def _as_int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None  # not a number: librdkafka itself will refuse it when the producer is built
+
+
+def _weakens_acks(value: object) -> bool:
+    return str(value).strip().lower() not in {"all", "-1"}
+
+
+def _weakens_in_flight(value: object) -> bool:
+    number = _as_int(value)
+    return number is not None and number > 5
+
+
+def _weakens_retries(value: object) -> bool:
+    return _as_int(value) == 0
+
+
+def _weakens_partitioner(value: object) -> bool:
+    return str(value).strip() not in JAVA_COMPATIBLE_PARTITIONERS
+
+
+@dataclass(frozen=True)
+class _Guard:
+    weakens: Callable[[object], bool]
+    safe: str
+    risk: str
+
+
+_GUARDS: Final[Mapping[str, _Guard]] = {
+    "acks": _Guard(_weakens_acks, "all", "a broker failure can lose events Kafka acknowledged"),
+    "request.required.acks": _Guard(_weakens_acks, "all", "a broker failure can lose acknowledged events"),
+    "enable.idempotence": _Guard(_is_false, "true", "retries can duplicate and reorder events within a key"),
+    "max.in.flight.requests.per.connection": _Guard(
+        _weakens_in_flight, "5", "retries can reorder events within a key"
+    ),
+    "max.in.flight": _Guard(_weakens_in_flight, "5", "retries can reorder events within a key"),
+    "retries": _Guard(_weakens_retries, str(MAX_INT32), "any transient broker error fails the delivery"),
+    "message.send.max.retries": _Guard(
+        _weakens_retries, str(MAX_INT32), "any transient broker error fails the delivery"
+    ),
+    "partitioner": _Guard(
+        _weakens_partitioner, "murmur2_random", "keys land on other partitions than with a Java producer"
+    ),
+}
+
+
+def check_extras(extra: Mapping[str, object], *, allow_unsafe: bool) -> tuple[str, ...]:
+    """Refuse extras that override typed settings or weaken delivery; return warnings for allowed unsafe ones.
+
+    Raises ConfigurationError naming every offending key, its value and the fix.
+    """
+    problems: list[str] = []
+    warnings: list[str] = []
+    for key, value in extra.items():
+        if key in _OWNED_BY_SETTING:
+            owner = _OWNED_BY_SETTING[key]
+            problems.append(f"{EXTRA_ENV} sets {key!r}, which comes from {owner}; set {owner} instead")
+            continue
+        guard = _GUARDS.get(key)
+        if guard is None or not guard.weakens(value):
+            continue
+        shown = MASK if isinstance(value, SecretStr) else value
+        message = f"{EXTRA_ENV} sets {key}={shown!r}: {guard.risk}"
+        if allow_unsafe:
+            warnings.append(f"{message} (allowed by {ALLOW_UNSAFE_ENV}=true)")
+        else:
+            problems.append(
+                f"{message}. Remove it (the bridge uses {key}={guard.safe}) or set {ALLOW_UNSAFE_ENV}=true "
+                "to accept the risk"
+            )
+    if problems:
+        raise ConfigurationError("unsafe producer settings:\n  " + "\n  ".join(problems))
+    return tuple(warnings)
+
+
+@dataclass(frozen=True)
+class ProducerSettings:
+    """The dict for `confluent_kafka.Producer`, and the warnings about unsafe extras that were allowed."""
+
+    conf: Mapping[str, Any] = field(repr=False)  # holds credentials in clear: never log it, log masked()
+    warnings: tuple[str, ...] = ()
+
+    def masked(self) -> dict[str, Any]:
+        """The settings for logging, with credentials hidden."""
+        return {key: MASK if is_secret_producer_key(key) else value for key, value in self.conf.items()}
+
+
+def default_client_id(config: BridgeConfig) -> str:
+    """The producer's client.id unless an extra sets one: names the bridge in broker logs and quotas."""
+    return f"outbox-bridge-{config.bridge_name}"
+
+
+def safe_base(config: BridgeConfig, client_id: str | None = None) -> dict[str, Any]:
+    """The settings the bridge always sets, from the typed configuration, before extras."""
+    return {
+        "bootstrap.servers": config.bootstrap_servers,
+        "client.id": client_id or default_client_id(config),
+        "enable.idempotence": True,
+        "acks": "all",
+        "max.in.flight.requests.per.connection": 5,
+        "message.send.max.retries": MAX_INT32,  # bounded by delivery.timeout.ms, not by a count
+        "partitioner": "murmur2_random",
+        "linger.ms": config.linger_ms,
+        "batch.size": config.batch_size,
+        "compression.type": config.compression.value,
+        "delivery.timeout.ms": config.delivery_timeout_ms,
+        # Let the in-flight window, not librdkafka's queue, decide when the reader waits.
+        "queue.buffering.max.messages": max(_QUEUE_MAX_MESSAGES_DEFAULT, config.max_in_flight),
+        "queue.buffering.max.kbytes": max(
+            _QUEUE_MAX_KBYTES_DEFAULT, math.ceil(config.max_in_flight_bytes / 1024)
+        ),
+    }
+
+
+def producer_settings(config: BridgeConfig, *, client_id: str | None = None) -> ProducerSettings:
+    """Build the producer settings from config, or raise ConfigurationError for unsafe extras.
+
+    Allowed unsafe extras are logged as warnings here and returned in `warnings`.
+    """
+    warnings = check_extras(config.producer_extra, allow_unsafe=config.allow_unsafe_producer)
+    for warning in warnings:
+        log.warning("unsafe producer setting: %s", warning)
+    conf = safe_base(config, client_id)
+    for key, value in config.producer_extra.items():
+        conf[key] = value.get_secret_value() if isinstance(value, SecretStr) else value
+    return ProducerSettings(conf=conf, warnings=warnings)
