@@ -1,0 +1,529 @@
+"""The bridge's configuration: typed, frozen, validated once at the edge.
+
+`load_config` layers flags over environment variables over a TOML file over defaults, and turns
+every validation failure into one ConfigurationError naming the variable, the bad value and what
+is accepted. The TOML file uses the field names (`max_in_flight = 5000`) and a `[producer]` table
+for extra librdkafka settings; environment variables use the names in `ENV_NAMES`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import string
+import tomllib
+from collections.abc import Mapping
+from enum import Enum, StrEnum
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final
+from urllib.parse import quote
+
+from annotated_types import Ge, Gt, Le, Lt
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from bridge.errors import ConfigurationError
+from bridge.producer_settings import MASK, check_extras, is_secret_producer_key
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE_ENV: Final = "OUTBOX_CONFIG_FILE"
+MIB: Final = 1024 * 1024
+
+ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "db_url": "OUTBOX_DB_URL",
+        "bootstrap_servers": "KAFKA_BOOTSTRAP_SERVERS",
+        "bridge_name": "BRIDGE_NAME",
+        "topic_template": "BRIDGE_TOPIC_TEMPLATE",
+        "max_in_flight": "BRIDGE_MAX_IN_FLIGHT",
+        "max_in_flight_bytes": "BRIDGE_MAX_IN_FLIGHT_BYTES",
+        "read_batch_size": "BRIDGE_READ_BATCH_SIZE",
+        "persist_interval_s": "BRIDGE_PERSIST_INTERVAL_S",
+        "poll_interval_min_ms": "BRIDGE_POLL_INTERVAL_MIN_MS",
+        "poll_interval_max_ms": "BRIDGE_POLL_INTERVAL_MAX_MS",
+        "lease_timeout_s": "BRIDGE_LEASE_TIMEOUT_S",
+        "poison_policy": "BRIDGE_POISON_POLICY",
+        "dlq_topic": "BRIDGE_DLQ_TOPIC",
+        "topic_partitions": "BRIDGE_TOPIC_PARTITIONS",
+        "replication_factor": "BRIDGE_REPLICATION_FACTOR",
+        "allow_create_topics": "BRIDGE_ALLOW_CREATE_TOPICS",
+        "allow_single_broker": "BRIDGE_ALLOW_SINGLE_BROKER",
+        "metrics_port": "BRIDGE_METRICS_PORT",
+        "metrics_host": "BRIDGE_METRICS_HOST",
+        "shutdown_timeout_s": "BRIDGE_SHUTDOWN_TIMEOUT_S",
+        "linger_ms": "BRIDGE_LINGER_MS",
+        "batch_size": "BRIDGE_BATCH_SIZE",
+        "compression": "BRIDGE_COMPRESSION",
+        "delivery_timeout_ms": "BRIDGE_DELIVERY_TIMEOUT_MS",
+        "producer_extra": "BRIDGE_PRODUCER_EXTRA",
+        "allow_unsafe_producer": "BRIDGE_ALLOW_UNSAFE_PRODUCER",
+        "log_level": "BRIDGE_LOG_LEVEL",
+    }
+)
+TOML_PRODUCER_TABLE: Final = "producer"
+
+LEGAL_TOPIC_NAME: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_BRIDGE_NAME = re.compile(r"[a-zA-Z0-9._-]{1,100}")
+_SECRET_URL_QUERY_KEY = re.compile(r"password|pwd|secret|token|odbc_connect", re.IGNORECASE)
+
+ProducerValue = bool | int | float | str | SecretStr
+
+
+class PoisonPolicy(StrEnum):
+    """What the bridge does with an event that can never be published as it is."""
+
+    HALT = "halt"
+    DEAD_LETTER = "dead-letter"
+
+
+class Compression(StrEnum):
+    """Producer compression codecs (librdkafka `compression.type`)."""
+
+    NONE = "none"
+    GZIP = "gzip"
+    SNAPPY = "snappy"
+    LZ4 = "lz4"
+    ZSTD = "zstd"
+
+
+class LogLevel(StrEnum):
+    """Log levels of the standard logging module."""
+
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+    CRITICAL = "CRITICAL"
+
+    @classmethod
+    def _missing_(cls, value: object) -> LogLevel | None:
+        # Accept "debug" as well as "DEBUG"; pydantic falls back to this before refusing.
+        return cls.__members__.get(value.upper()) if isinstance(value, str) else None
+
+
+def is_legal_topic_name(name: str) -> bool:
+    """Whether Kafka accepts name as a topic: 1 to 249 of `[a-zA-Z0-9._-]`, and not `.` or `..`."""
+    return LEGAL_TOPIC_NAME.fullmatch(name) is not None and name not in (".", "..")
+
+
+def render_template(template: str, placeholder: str, value: str) -> str:
+    """Replace `{placeholder}` in template with value (templates are validated to have no other fields)."""
+    return template.replace("{" + placeholder + "}", value)
+
+
+def mask_url(url: str) -> str:
+    """Render a SQLAlchemy URL with its password and credential-like query parameters masked."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        # Unparseable: keep the scheme, hide everything up to the last "@", where credentials would be.
+        return re.sub(r"^([\w+.-]+://)?.*@", lambda m: f"{m.group(1) or ''}***@", url, flags=re.DOTALL)
+    query = {key: MASK if _SECRET_URL_QUERY_KEY.search(key) else value for key, value in parsed.query.items()}
+    # SQLAlchemy URL-quotes query values; show the mask as written rather than as %2A%2A...
+    return parsed.set(query=query).render_as_string(hide_password=True).replace(quote(MASK), MASK)
+
+
+def _template_fields(template: str) -> set[str]:
+    fields = set()
+    for _, field, spec, conversion in string.Formatter().parse(template):
+        if field is None:
+            continue
+        if spec or conversion or not field:
+            raise ValueError(
+                f"placeholder {{{field}{'!' + conversion if conversion else ''}:{spec}}} is not allowed"
+            )
+        fields.add(field)
+    return fields
+
+
+def _check_template(template: str, placeholder: str, example: str) -> str:
+    try:
+        fields = _template_fields(template)
+    except ValueError as exc:  # unbalanced braces, format specs
+        raise ValueError(f"not a valid template ({exc}); the only placeholder is {{{placeholder}}}") from None
+    if fields - {placeholder}:
+        unknown = ", ".join(sorted(f"{{{f}}}" for f in fields - {placeholder}))
+        raise ValueError(f"unknown placeholder {unknown}; the only placeholder is {{{placeholder}}}")
+    rendered = render_template(template, placeholder, example)
+    if not is_legal_topic_name(rendered):
+        raise ValueError(
+            f"renders topic names such as {rendered!r}, which Kafka refuses: "
+            "a topic name is 1 to 249 of [a-zA-Z0-9._-]"
+        )
+    return template
+
+
+def _freeze_producer_extra(extra: Mapping[str, ProducerValue]) -> Mapping[str, ProducerValue]:
+    frozen: dict[str, ProducerValue] = {}
+    for key, value in extra.items():
+        if not key or key != key.strip():
+            raise ValueError(f"producer setting name {key!r} is empty or has surrounding spaces")
+        if isinstance(value, str) and is_secret_producer_key(key):
+            value = SecretStr(value)
+        frozen[key] = value
+    return MappingProxyType(frozen)
+
+
+class BridgeConfig(BaseSettings):
+    """Everything the bridge daemon needs to know, frozen; build it with `load_config`.
+
+    Constructing it directly uses only the keyword arguments and defaults (no environment), which
+    keeps tests deterministic.
+    """
+
+    model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_default=True, case_sensitive=True)
+
+    db_url: SecretStr = Field(
+        default=SecretStr("sqlite:///.run/outbox.db"), description="SQLAlchemy URL of the outbox"
+    )
+    bootstrap_servers: str = Field(
+        default="127.0.0.1:9092", description="Kafka bootstrap servers, host:port,..."
+    )
+    bridge_name: str = Field(
+        default="default", description="names the watermark, the lease and the DLQ topic"
+    )
+    topic_template: str = Field(default="outbox.event.{aggregate_type}", description="topic of each event")
+    max_in_flight: int = Field(default=10_000, ge=1, le=1_000_000, description="events above the watermark")
+    max_in_flight_bytes: int = Field(default=64 * MIB, ge=1024, le=16 * 1024 * MIB, description="their bytes")
+    read_batch_size: int = Field(default=1000, ge=1, le=100_000, description="rows per outbox query")
+    persist_interval_s: float = Field(
+        default=1.0, gt=0, le=3600, description="seconds between watermark writes"
+    )
+    poll_interval_min_ms: int = Field(
+        default=5, ge=1, le=60_000, description="outbox poll interval when busy"
+    )
+    poll_interval_max_ms: int = Field(
+        default=1000, ge=1, le=60_000, description="outbox poll interval when idle"
+    )
+    lease_timeout_s: float = Field(default=10.0, ge=1, le=3600, description="a silent leader loses its lease")
+    poison_policy: PoisonPolicy = Field(default=PoisonPolicy.HALT, description="on an unpublishable event")
+    dlq_topic: str = Field(default="outbox.dlq.{bridge_name}", description="dead-letter topic")
+    topic_partitions: int = Field(default=6, ge=1, le=10_000, description="partitions of topics it creates")
+    replication_factor: int = Field(default=3, ge=1, le=32, description="replicas of topics it creates")
+    allow_create_topics: bool = Field(default=True, description="create missing topics")
+    allow_single_broker: bool = Field(default=False, description="allow replication below 3 (development)")
+    metrics_port: int = Field(default=9464, ge=0, le=65535, description="Prometheus port; 0 disables it")
+    metrics_host: str = Field(default="127.0.0.1", min_length=1, description="Prometheus listen address")
+    shutdown_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="drain time on stop")
+    linger_ms: int = Field(default=5, ge=0, le=900_000, description="producer linger.ms")
+    batch_size: int = Field(default=MIB, ge=1, le=2_147_483_647, description="producer batch.size in bytes")
+    compression: Compression = Field(default=Compression.LZ4, description="producer compression.type")
+    delivery_timeout_ms: int = Field(
+        default=120_000,
+        ge=1000,
+        le=2_147_483_647,
+        description="producer delivery.timeout.ms: retries end here",
+    )
+    producer_extra: Mapping[str, ProducerValue] = Field(
+        default_factory=lambda: MappingProxyType({}), description="extra librdkafka settings"
+    )
+    allow_unsafe_producer: bool = Field(default=False, description="accept extras that weaken delivery")
+    log_level: LogLevel = Field(default=LogLevel.INFO, description="log level")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment and file are layered by load_config only, so direct construction is pure.
+        return (init_settings,)
+
+    @field_validator("db_url")
+    @classmethod
+    def _db_url_is_sqlalchemy(cls, value: SecretStr) -> SecretStr:
+        try:
+            url = make_url(value.get_secret_value())
+        except ArgumentError:
+            raise ValueError("not a SQLAlchemy URL") from None
+        try:
+            # Loads SQLAlchemy's dialect class only; the database driver is imported when connecting.
+            url.get_dialect()
+        except NoSuchModuleError:
+            raise ValueError(f"SQLAlchemy has no database dialect {url.drivername!r}") from None
+        return value
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _servers_are_listed(cls, value: str) -> str:
+        servers = [server.strip() for server in value.split(",")]
+        if not all(servers) or any(re.search(r"\s", server) for server in servers):
+            raise ValueError("expected a comma-separated list of host:port")
+        return ",".join(servers)
+
+    @field_validator("bridge_name")
+    @classmethod
+    def _bridge_name_is_topic_safe(cls, value: str) -> str:
+        # The name goes into the DLQ topic name and the producer's client.id.
+        if _BRIDGE_NAME.fullmatch(value) is None:
+            raise ValueError("must be 1 to 100 of [a-zA-Z0-9._-]")
+        return value
+
+    @field_validator("topic_template")
+    @classmethod
+    def _topic_template_renders_legal_names(cls, value: str) -> str:
+        return _check_template(value, "aggregate_type", "x")
+
+    @field_validator("dlq_topic")
+    @classmethod
+    def _dlq_topic_template_is_valid(cls, value: str) -> str:
+        return _check_template(value, "bridge_name", "x")
+
+    @field_validator("producer_extra")
+    @classmethod
+    def _producer_extra_is_frozen(cls, value: Mapping[str, ProducerValue]) -> Mapping[str, ProducerValue]:
+        return _freeze_producer_extra(value)
+
+    @model_validator(mode="after")
+    def _settings_agree(self) -> BridgeConfig:
+        env = ENV_NAMES
+        if self.poll_interval_min_ms > self.poll_interval_max_ms:
+            raise ValueError(
+                f"{env['poll_interval_min_ms']}={self.poll_interval_min_ms} is above "
+                f"{env['poll_interval_max_ms']}={self.poll_interval_max_ms}; swap them or widen the range"
+            )
+        if self.linger_ms >= self.delivery_timeout_ms:
+            raise ValueError(
+                f"{env['linger_ms']}={self.linger_ms} must be below "
+                f"{env['delivery_timeout_ms']}={self.delivery_timeout_ms} (librdkafka refuses it otherwise)"
+            )
+        if self.replication_factor < 3 and not self.allow_single_broker:
+            raise ValueError(
+                f"{env['replication_factor']}={self.replication_factor} cannot keep acknowledged events "
+                "through a broker failure (min.insync.replicas is replication factor - 1); use 3 or more, "
+                f"or set {env['allow_single_broker']}=true for a development cluster"
+            )
+        if not is_legal_topic_name(self.dlq_topic_name):
+            raise ValueError(
+                f"{env['dlq_topic']}={self.dlq_topic!r} with {env['bridge_name']}={self.bridge_name!r} "
+                f"renders {self.dlq_topic_name!r}, which Kafka refuses: a topic name is 1 to 249 "
+                "of [a-zA-Z0-9._-]"
+            )
+        if self.topic_for_pattern().fullmatch(self.dlq_topic_name):
+            raise ValueError(
+                f"{env['dlq_topic']} renders {self.dlq_topic_name!r}, which is also an event topic of "
+                f"{env['topic_template']}={self.topic_template!r}; choose a dead-letter topic outside it"
+            )
+        return self
+
+    @property
+    def dlq_topic_name(self) -> str:
+        """The dead-letter topic, with the bridge name filled in."""
+        return render_template(self.dlq_topic, "bridge_name", self.bridge_name)
+
+    @property
+    def min_insync_replicas(self) -> int:
+        """`min.insync.replicas` for topics the bridge creates: replication factor - 1, at least 1."""
+        return max(1, self.replication_factor - 1)
+
+    def topic_for(self, aggregate_type: str) -> str:
+        """The topic for an event of aggregate_type; ValueError if it would not be a legal topic name."""
+        topic = render_template(self.topic_template, "aggregate_type", aggregate_type)
+        if not aggregate_type or not is_legal_topic_name(topic):
+            raise ValueError(
+                f"aggregate_type {aggregate_type!r} gives topic {topic!r}, which Kafka refuses "
+                "(1 to 249 of [a-zA-Z0-9._-])"
+            )
+        return topic
+
+    def topic_for_pattern(self) -> re.Pattern[str]:
+        """A regular expression matching every topic the template can produce."""
+        literal_parts = self.topic_template.split("{aggregate_type}")
+        return re.compile("[a-zA-Z0-9._-]+".join(re.escape(part) for part in literal_parts))
+
+    def masked(self) -> dict[str, Any]:
+        """Every setting as plain values for the start-up log, with credentials masked."""
+        out: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if name == "db_url":
+                value = mask_url(self.db_url.get_secret_value())
+            elif name == "producer_extra":
+                value = {k: MASK if isinstance(v, SecretStr) else v for k, v in self.producer_extra.items()}
+            elif isinstance(value, Enum):
+                value = value.value
+            out[name] = value
+        return out
+
+
+def _env_values(env: Mapping[str, str]) -> dict[str, Any]:
+    """The settings given as environment variables (names from ENV_NAMES); an empty value means unset."""
+    values: dict[str, Any] = {}
+    for name, env_name in ENV_NAMES.items():
+        raw = env.get(env_name)
+        if raw is None or raw.strip() == "":
+            continue
+        values[name] = _decode_json_object(env_name, raw) if name == "producer_extra" else raw
+    return values
+
+
+def _decode_json_object(env_name: str, raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(
+            f'{env_name} is not valid JSON ({exc}); expected an object such as {{"sasl.mechanism": "PLAIN"}}'
+        ) from None
+    if not isinstance(value, dict):
+        raise ConfigurationError(
+            f'{env_name} must be a JSON object like {{"sasl.mechanism": "PLAIN"}}, not {type(value).__name__}'
+        )
+    return value
+
+
+class _TomlFileSource(TomlConfigSettingsSource):
+    """The TOML file: field names at the top level, `[producer]` for extra librdkafka settings."""
+
+    def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
+        try:
+            data = super()._read_file(file_path)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigurationError(f"configuration file {file_path} is not valid TOML: {exc}") from None
+        allowed = (set(ENV_NAMES) - {"producer_extra"}) | {TOML_PRODUCER_TABLE}
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise ConfigurationError(
+                f"configuration file {file_path}: unknown key {', '.join(map(repr, unknown))}; "
+                f"known keys: {', '.join(sorted(allowed))}"
+            )
+        if TOML_PRODUCER_TABLE in data:
+            if not isinstance(data[TOML_PRODUCER_TABLE], dict):
+                raise ConfigurationError(
+                    f"configuration file {file_path}: '{TOML_PRODUCER_TABLE}' must be a table of librdkafka "
+                    'settings, e.g. [producer] followed by "sasl.mechanism" = "PLAIN"'
+                )
+            data["producer_extra"] = data.pop(TOML_PRODUCER_TABLE)
+        return data
+
+
+def load_config(
+    flags: Mapping[str, Any] | None = None,
+    toml_path: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> BridgeConfig:
+    """Build the configuration from flags > environment > TOML file > defaults, or raise ConfigurationError.
+
+    flags are keyed by field name (None values are ignored, as for unset command-line options); env
+    defaults to `os.environ`; the TOML path defaults to `$OUTBOX_CONFIG_FILE`.
+    """
+    env = os.environ if env is None else env
+    flag_values = _flag_values(flags or {})
+    path, path_origin = (
+        (toml_path, "argument") if toml_path is not None else (env.get(CONFIG_FILE_ENV), CONFIG_FILE_ENV)
+    )
+    if path and not Path(path).expanduser().is_file():
+        raise ConfigurationError(f"configuration file {path} (from {path_origin}) does not exist")
+    _warn_unknown_env(env)
+
+    toml_values = _TomlFileSource(BridgeConfig, toml_file=Path(path) if path else None)()
+    layers = [
+        (toml_values, f"TOML file {path}"),
+        (_env_values(env), "the environment"),
+        (flag_values, "a flag"),
+    ]
+    merged: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for values, origin in layers:  # lowest precedence first
+        for name, value in values.items():
+            if name == "producer_extra" and name in merged:
+                # Extras merge key by key, so a file can hold the SASL setup and the environment one override.
+                value = {**merged[name], **value}
+            merged[name] = value
+            origins[name] = origin
+    try:
+        config = BridgeConfig(**merged)
+    except ValidationError as exc:
+        raise ConfigurationError(_describe_errors(exc, origins)) from None
+    # Unsafe producer extras are refused here too, so every command fails early, not only `run`.
+    check_extras(config.producer_extra, allow_unsafe=config.allow_unsafe_producer)
+    return config
+
+
+def _flag_values(flags: Mapping[str, Any]) -> dict[str, Any]:
+    values = {name.replace("-", "_"): value for name, value in flags.items() if value is not None}
+    unknown = sorted(set(values) - set(ENV_NAMES))
+    if unknown:
+        raise ConfigurationError(
+            f"unknown setting {', '.join(map(repr, unknown))}; known: {', '.join(ENV_NAMES)}"
+        )
+    return values
+
+
+def _warn_unknown_env(env: Mapping[str, str]) -> None:
+    # A misspelt variable would otherwise be silently ignored in favour of the default.
+    known = set(ENV_NAMES.values()) | {CONFIG_FILE_ENV}
+    for name in sorted(env):
+        if name.startswith("BRIDGE_") and name not in known:
+            log.warning("ignoring unknown environment variable %s; known: %s", name, ", ".join(sorted(known)))
+
+
+def _describe_errors(exc: ValidationError, origins: Mapping[str, str]) -> str:
+    lines = []
+    for error in exc.errors(include_url=False):
+        loc = error["loc"]
+        message = error["msg"].removeprefix("Value error, ")
+        if not loc:  # a check across several settings: its message names them
+            lines.append(message)
+            continue
+        name = str(loc[0])
+        setting = ENV_NAMES.get(name, name) + "".join(f"[{part}]" for part in loc[1:])
+        origin = f" (from {origins[name]})" if name in origins else ""
+        value = _masked_input(name, error.get("input"))
+        lines.append(f"{setting}={value}{origin} is refused: {message}; accepted: {_accepted(name)}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def _masked_input(name: str, value: Any) -> str:
+    if name == "db_url" and isinstance(value, str | SecretStr):
+        raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+        return repr(mask_url(raw))
+    if name == "producer_extra" and isinstance(value, Mapping):
+        return repr({k: MASK if is_secret_producer_key(str(k)) else v for k, v in value.items()})
+    return repr(value.value if isinstance(value, Enum) else value)
+
+
+_ACCEPTED_TEXT: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "db_url": "a SQLAlchemy URL such as postgresql+psycopg://user:password@host:5432/db",
+        "bootstrap_servers": "a comma-separated list of host:port",
+        "bridge_name": "1 to 100 of [a-zA-Z0-9._-]",
+        "topic_template": "a legal topic name, may contain {aggregate_type}: outbox.event.{aggregate_type}",
+        "dlq_topic": "a legal topic name, may contain {bridge_name}: outbox.dlq.{bridge_name}",
+        "producer_extra": "a table/JSON object of librdkafka settings with string, number or boolean values",
+        "metrics_host": "a host name or IP address to listen on",
+    }
+)
+
+
+def _accepted(name: str) -> str:
+    if name in _ACCEPTED_TEXT:
+        return _ACCEPTED_TEXT[name]
+    field = BridgeConfig.model_fields.get(name)
+    if field is None:
+        return "see the documentation"
+    annotation = field.annotation
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return "one of " + ", ".join(str(member.value) for member in annotation)
+    if annotation is bool:
+        return "true or false"
+    kind = "an integer" if annotation is int else "a number"
+    low = next((f">= {c.ge}" for c in field.metadata if isinstance(c, Ge)), "")
+    low = low or next((f"> {c.gt}" for c in field.metadata if isinstance(c, Gt)), "")
+    high = next((f"<= {c.le}" for c in field.metadata if isinstance(c, Le)), "")
+    high = high or next((f"< {c.lt}" for c in field.metadata if isinstance(c, Lt)), "")
+    return " and ".join(part for part in (f"{kind} {low}".strip(), high) if part)
