@@ -94,10 +94,11 @@ def test_librdkafka_murmur2_random_puts_keys_where_the_java_client_would() -> No
     errors: list[KafkaError] = []
 
     def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        key, partition = msg.key(), msg.partition()
         if err is not None:
             errors.append(err)
-        else:
-            delivered[msg.key()] = msg.partition()
+        elif isinstance(key, bytes) and partition is not None:
+            delivered[key] = partition
 
     for key in keys:
         producer.produce("copartition-check", key=key, value=b"{}", on_delivery=on_delivery)
