@@ -145,7 +145,7 @@ def check_extras(extra: Mapping[str, object], *, allow_unsafe: bool) -> tuple[st
 class ProducerSettings:
     """The dict for `confluent_kafka.Producer`, and the warnings about unsafe extras that were allowed."""
 
-    conf: Mapping[str, Any] = field(repr=False)  # holds credentials in clear: never log it, log masked()
+    conf: dict[str, Any] = field(repr=False)  # holds credentials in clear: never log it, log masked()
     warnings: tuple[str, ...] = ()
 
     def masked(self) -> dict[str, Any]:
