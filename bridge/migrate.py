@@ -136,8 +136,8 @@ def downgrade(url: str | URL, revision: str) -> None:
 
 
 def _offline_sql(url_or_dialect: str | URL, revision: str, *, down: bool) -> str:
-    if isinstance(url_or_dialect, str) and "://" not in url_or_dialect:
-        url_or_dialect = f"{url_or_dialect}://"
+    if isinstance(url_or_dialect, str) and url_or_dialect.strip() and "://" not in url_or_dialect:
+        url_or_dialect = f"{url_or_dialect.strip()}://"
     parsed = parse_url(url_or_dialect)
     config = alembic_config()
     config.output_buffer = io.StringIO()
