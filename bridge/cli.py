@@ -2,7 +2,7 @@
 
 Configuration comes from flags, then environment variables, then a TOML file (`--config` or
 OUTBOX_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration,
-3 halted on a poison event, 4 unsafe topic.
+3 halted on a poison event, 4 unsafe topic, 5 request refused (nothing changed).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ log = logging.getLogger("bridge.cli")
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+EXIT_REFUSED = 5
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -93,6 +94,69 @@ def cmd_topics(args: argparse.Namespace) -> int:
     return topics_command(_config(args), args.action, args.json, extra_topics=args.topic or [])
 
 
+def _confirm(question: str, assume_yes: bool) -> None:
+    from bridge.admin import RefusedError
+
+    if assume_yes:
+        return
+    if not sys.stdin.isatty():
+        raise RefusedError(f"{question} Refusing without a terminal to ask; pass --yes to confirm")
+    if input(f"{question} [y/N] ").strip().lower() not in ("y", "yes"):
+        raise RefusedError("not confirmed; nothing changed")
+
+
+def _report(result: dict[str, Any], as_json: bool, title: str) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False)
+    for key, value in result.items():
+        table.add_row(key.replace("_", " "), "-" if value is None else str(value))
+    Console().print(table)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from bridge import admin
+
+    config = _config(args)
+    request = admin.ReplayRequest(
+        from_seq=args.from_seq, to_seq=args.to_seq, aggregate_type=args.aggregate_type,
+        event_type=args.event_type, mode=args.mode, topic=args.topic, reason=args.reason, dry_run=args.dry_run,
+    )
+    plan = admin.plan_replay(config, request)
+    if args.dry_run:
+        _report(plan | {"dry_run": True}, args.json, "replay plan (dry run: nothing changed)")
+        return 0
+    if args.mode == "rewind":
+        _confirm(f"Rewind bridge {config.bridge_name!r} to re-publish {plan['events']} events from seq "
+                 f"{args.from_seq} (watermark {plan['watermark']})?", args.yes)
+        result = admin.rewind(config, request, wait_s=args.wait)
+    else:
+        _confirm(f"Publish {plan['events']} events (seq {args.from_seq}..{plan['to_seq']}) to "
+                 f"{', '.join(plan['topics']) or 'no topic'}?", args.yes)
+        result = admin.publish_range(config, request, show_progress=not args.json)
+    _report(result, args.json, f"replay ({args.mode})")
+    return 0
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    from bridge import admin
+
+    config = _config(args)
+    older_than = admin.parse_duration(args.older_than)
+    plan = admin.cleanup(config, older_than, dry_run=True)
+    if not args.dry_run and plan["rows"]:
+        _confirm(f"Delete {plan['rows']} published rows older than {args.older_than} (seq <= watermark "
+                 f"{plan['watermark']})?", args.yes)
+        plan = admin.cleanup(config, older_than, dry_run=False, batch_size=args.batch_size,
+                             show_progress=not args.json)
+    _report(plan, args.json, "cleanup" + (" (dry run: nothing changed)" if args.dry_run else ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="outbox-bridge",
@@ -137,15 +201,53 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_argument("--topic", action="append", help="also check this topic (repeatable)")
     topics.add_argument("--json", action="store_true", help="machine-readable output")
     topics.set_defaults(func=cmd_topics)
+
+    replay = sub.add_parser(
+        "replay", help="re-publish events from a seq (rewind the bridge, or publish a range)",
+        description="rewind (default): move the bridge's watermark back to FROM_SEQ-1 so the live bridge "
+                    "re-publishes everything from FROM_SEQ; works while it runs (it picks the request up) or is "
+                    "stopped. range: publish FROM_SEQ..TO_SEQ (optionally filtered) to their topics or --topic, "
+                    "leaving the watermark alone. Every replay is recorded in bridge_replay_audit.")
+    _common(replay)
+    replay.add_argument("--from-seq", type=int, required=True, help="first seq to publish again")
+    replay.add_argument("--to-seq", type=int, help="last seq (range mode; default: the watermark)")
+    replay.add_argument("--mode", choices=["rewind", "range"], default="rewind")
+    replay.add_argument("--aggregate-type", help="range mode: only this aggregate type")
+    replay.add_argument("--event-type", help="range mode: only this event type")
+    replay.add_argument("--topic", help="range mode: publish to this topic instead of each event's own")
+    replay.add_argument("--reason", help="why, for the audit log")
+    replay.add_argument("--dry-run", action="store_true", help="print how many events, which topics and seqs")
+    replay.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    replay.add_argument("--wait", type=float, default=60.0,
+                        help="seconds to wait for a running bridge to apply a rewind (default 60)")
+    replay.add_argument("--json", action="store_true", help="machine-readable output")
+    replay.set_defaults(func=cmd_replay)
+
+    cleanup = sub.add_parser(
+        "cleanup", help="delete published rows older than a duration, never above the watermark",
+        description="Deletes rows with seq <= the watermark and occurred_at older than --older-than, in small "
+                    "batches so the running bridge and the application are not blocked.")
+    _common(cleanup)
+    cleanup.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 90m, 12h, 7d, 2w")
+    cleanup.add_argument("--batch-size", type=int, default=1000, help="rows per delete transaction")
+    cleanup.add_argument("--dry-run", action="store_true", help="count only")
+    cleanup.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    cleanup.add_argument("--json", action="store_true", help="machine-readable output")
+    cleanup.set_defaults(func=cmd_cleanup)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from bridge.admin import RefusedError
+
     try:
         code: int = args.func(args)
         return code
+    except RefusedError as exc:
+        print(f"outbox-bridge: refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     except ConfigurationError as exc:
         print(f"outbox-bridge: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,0 +1,258 @@
+"""Operator commands that change things: replay (rewind or range) and cleanup of published rows.
+
+Every command refuses, with a message that says what to do, a request that could lose or confuse
+events: a range above the watermark, a range below what cleanup already deleted, a rewind while the
+daemon does not answer.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import re
+import socket
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy.engine import Engine
+
+from bridge.config import BridgeConfig
+from bridge.errors import OutboxError
+from bridge.offsets import OffsetStore
+from bridge.schema import bridge_replay_audit, domain_events
+from bridge.source import make_engine
+from bridge.store.rows import ROW_COLUMNS, OutboxRow
+
+console = Console(stderr=True)
+
+
+class RefusedError(OutboxError):
+    """The request was refused before anything changed; the message says why and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    from_seq: int
+    to_seq: int | None
+    aggregate_type: str | None
+    event_type: str | None
+    mode: str
+    topic: str | None
+    reason: str | None
+    dry_run: bool
+
+
+def requester() -> str:
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def _filters(request: ReplayRequest, upper: int) -> Any:
+    conditions = [domain_events.c.seq >= request.from_seq, domain_events.c.seq <= upper]
+    if request.aggregate_type:
+        conditions.append(domain_events.c.aggregate_type == request.aggregate_type)
+    if request.event_type:
+        conditions.append(domain_events.c.event_type == request.event_type)
+    return and_(*conditions)
+
+
+def plan_replay(config: BridgeConfig, request: ReplayRequest) -> dict[str, Any]:
+    """Check a replay request against the watermark and retention; return what it would publish."""
+    if request.from_seq < 1:
+        raise RefusedError(f"--from-seq {request.from_seq} is not a seq; seqs start at 1")
+    if request.to_seq is not None and request.to_seq < request.from_seq:
+        raise RefusedError(f"--to-seq {request.to_seq} is below --from-seq {request.from_seq}; swap them")
+    if request.mode == "rewind" and (request.aggregate_type or request.event_type or request.topic):
+        raise RefusedError(
+            "a rewind re-publishes everything from --from-seq through the live bridge, so it takes no filters "
+            "or topic; use --mode range to publish a filtered range without touching the watermark"
+        )
+    engine = make_engine(config.db_url.get_secret_value())
+    try:
+        offsets = OffsetStore(engine, config.bridge_name).read()
+        watermark = offsets.watermark if offsets else 0
+        if request.from_seq > watermark:
+            raise RefusedError(
+                f"--from-seq {request.from_seq} is above the watermark {watermark} of bridge "
+                f"{config.bridge_name!r}: those events are not published yet, so there is nothing to replay"
+            )
+        upper = min(request.to_seq if request.to_seq is not None else watermark, watermark)
+        if request.to_seq is not None and request.to_seq > watermark:
+            raise RefusedError(
+                f"--to-seq {request.to_seq} is above the watermark {watermark}: the live bridge has not published "
+                f"those yet; use --to-seq {watermark} or wait for it"
+            )
+        with engine.connect() as conn:
+            lowest = conn.execute(select(func.min(domain_events.c.seq))).scalar()
+            if lowest is not None and request.from_seq < int(lowest) and request.from_seq <= upper:
+                raise RefusedError(
+                    f"--from-seq {request.from_seq} is below the oldest event still in the outbox (seq {lowest}); "
+                    f"cleanup already deleted the rest, so start at --from-seq {lowest} or later"
+                )
+            where = _filters(request, upper)
+            count = int(conn.execute(select(func.count()).where(where)).scalar() or 0)
+            types = [r[0] for r in conn.execute(select(domain_events.c.aggregate_type).where(where).distinct())]
+        topics = [request.topic] if request.topic else sorted(config.topic_for(t) for t in types)
+        return {"bridge_name": config.bridge_name, "mode": request.mode, "from_seq": request.from_seq,
+                "to_seq": upper, "events": count, "topics": topics, "watermark": watermark,
+                "active_instance": offsets.owner if offsets and _lease_active(offsets) else None}
+    finally:
+        engine.dispose()
+
+
+def _lease_active(offsets: Any) -> bool:
+    return bool(offsets.owner and offsets.lease_expires_at and offsets.lease_expires_at > datetime.now(UTC))
+
+
+def _audit(engine: Engine, config: BridgeConfig, request: ReplayRequest, status: str, upper: int | None) -> int:
+    filters = {k: v for k, v in {"aggregate_type": request.aggregate_type, "event_type": request.event_type,
+                                 "topic": request.topic}.items() if v}
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        result = conn.execute(
+            insert(bridge_replay_audit).values(
+                bridge_name=config.bridge_name, mode=request.mode, from_seq=request.from_seq, to_seq=upper,
+                filters_json=json.dumps(filters) if filters else None, requested_by=requester(),
+                reason=request.reason, requested_at=now, status=status,
+                applied_at=now if status in ("applied", "done") else None,
+            )
+        )
+        return int(result.inserted_primary_key[0])
+
+
+def rewind(config: BridgeConfig, request: ReplayRequest, wait_s: float = 60.0) -> dict[str, Any]:
+    """Move the bridge back so it re-publishes from `from_seq`: through the daemon if one leads, else directly."""
+    plan = plan_replay(config, request)
+    engine = make_engine(config.db_url.get_secret_value())
+    try:
+        if plan["active_instance"]:
+            audit_id = _audit(engine, config, request, "pending", None)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                with engine.connect() as conn:
+                    status = conn.execute(select(bridge_replay_audit.c.status)
+                                          .where(bridge_replay_audit.c.id == audit_id)).scalar()
+                if status == "applied":
+                    return plan | {"audit_id": audit_id, "applied_by": plan["active_instance"]}
+                time.sleep(0.2)
+            with engine.begin() as conn:
+                conn.execute(update(bridge_replay_audit).where(bridge_replay_audit.c.id == audit_id,
+                                                               bridge_replay_audit.c.status == "pending")
+                             .values(status="refused", reason=(request.reason or "") + " [not picked up in time]"))
+            raise RefusedError(
+                f"the running bridge {plan['active_instance']} did not pick the rewind up within {wait_s:.0f}s; "
+                "nothing changed. Check that it is healthy (outbox-bridge status) and retry, or stop it first"
+            )
+        OffsetStore(engine, config.bridge_name).set_watermark(request.from_seq - 1)
+        audit_id = _audit(engine, config, request, "applied", None)
+        return plan | {"audit_id": audit_id, "applied_by": "outbox-bridge replay (bridge stopped)"}
+    finally:
+        engine.dispose()
+
+
+def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: bool = True) -> dict[str, Any]:
+    """Publish a seq range to its topics (or one named topic) without touching the live watermark."""
+    from bridge.producer_settings import producer_settings
+    from bridge.publisher import KafkaPublisher
+    from bridge.records import build_record
+
+    plan = plan_replay(config, request)
+    engine = make_engine(config.db_url.get_secret_value())
+    failures: list[str] = []
+    delivered = 0
+
+    def on_delivery(seq: int, _generation: int, err: Any) -> None:
+        nonlocal delivered
+        if err is None:
+            delivered += 1
+        else:
+            failures.append(f"seq {seq}: {err.str()}")
+
+    def route(aggregate_type: str) -> str:
+        return request.topic or config.topic_for(aggregate_type)
+
+    publisher = KafkaPublisher(producer_settings(config, client_id=f"outbox-replay-{config.bridge_name}").conf,
+                               on_delivery)
+    try:
+        with _progress(show_progress) as progress:
+            task = progress.add_task("replaying", total=plan["events"])
+            after = request.from_seq - 1
+            while True:
+                with engine.connect() as conn:
+                    batch = [OutboxRow.from_mapping(r) for r in conn.execute(
+                        select(*ROW_COLUMNS).where(_filters(request, plan["to_seq"]), domain_events.c.seq > after)
+                        .order_by(domain_events.c.seq).limit(1000)).mappings()]
+                if not batch:
+                    break
+                for row in batch:
+                    publisher.send(build_record(row, route), 0)
+                    publisher.poll(0)
+                after = batch[-1].seq
+                progress.update(task, advance=len(batch))
+            remaining = publisher.flush(config.delivery_timeout_ms / 1000)
+        if remaining or failures or publisher.failure:
+            raise OutboxError(
+                f"range replay incomplete: {delivered} of {plan['events']} delivered, {remaining} unsent, "
+                f"errors: {failures[:3] or publisher.failure}; the live watermark is untouched, retry the command"
+            )
+        audit_id = _audit(engine, config, request, "done", plan["to_seq"])
+        return plan | {"audit_id": audit_id, "delivered": delivered}
+    finally:
+        engine.dispose()
+
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    console=console, disable=not enabled)
+
+
+_DURATION = re.compile(r"^(\d+)([smhdw])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta:
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise RefusedError(f"--older-than {text!r} is not a duration; use a number and a unit, e.g. 90m, 12h, 7d")
+    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+
+
+def cleanup(config: BridgeConfig, older_than: timedelta, dry_run: bool, batch_size: int = 1000,
+            show_progress: bool = True) -> dict[str, Any]:
+    """Delete published rows (seq <= watermark) older than `older_than`, in small batches."""
+    engine = make_engine(config.db_url.get_secret_value())
+    cutoff = datetime.now(UTC) - older_than
+    try:
+        offsets = OffsetStore(engine, config.bridge_name).read()
+        watermark = offsets.watermark if offsets else 0
+        where = and_(domain_events.c.seq <= watermark, domain_events.c.occurred_at < cutoff)
+        with engine.connect() as conn:
+            total = int(conn.execute(select(func.count()).where(where)).scalar() or 0)
+        result = {"bridge_name": config.bridge_name, "watermark": watermark, "cutoff": cutoff.isoformat(),
+                  "rows": total, "dry_run": dry_run, "deleted": 0}
+        if dry_run or total == 0:
+            return result
+        deleted = 0
+        with _progress(show_progress) as progress:
+            task = progress.add_task("deleting", total=total)
+            while True:
+                with engine.begin() as conn:
+                    # Re-read the watermark each batch: a replay may have lowered it meanwhile.
+                    current = OffsetStore(engine, config.bridge_name).read()
+                    limit = min(watermark, current.watermark if current else 0)
+                    seqs = [r[0] for r in conn.execute(
+                        select(domain_events.c.seq).where(domain_events.c.seq <= limit,
+                                                          domain_events.c.occurred_at < cutoff)
+                        .order_by(domain_events.c.seq).limit(batch_size))]
+                    if not seqs:
+                        break
+                    conn.execute(delete(domain_events).where(domain_events.c.seq.in_(seqs)))
+                deleted += len(seqs)
+                progress.update(task, advance=len(seqs))
+        return result | {"deleted": deleted}
+    finally:
+        engine.dispose()
