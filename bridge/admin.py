@@ -121,7 +121,9 @@ def _audit(engine: Engine, config: BridgeConfig, request: ReplayRequest, status:
                 applied_at=now if status in ("applied", "done") else None,
             )
         )
-        return int(result.inserted_primary_key[0])
+        key = result.inserted_primary_key
+        assert key is not None
+        return int(key[0])
 
 
 def rewind(config: BridgeConfig, request: ReplayRequest, wait_s: float = 60.0) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -83,7 +83,7 @@ class OrderGenerator(threading.Thread):
 def kafka_count(consumer: Consumer, topic: str) -> int:
     try:
         metadata = consumer.list_topics(topic, timeout=5)
-    except Exception:  # noqa: BLE001 - not created yet
+    except KafkaException:  # not created yet
         return 0
     if topic not in metadata.topics or metadata.topics[topic].error is not None:
         return 0

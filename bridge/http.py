@@ -18,7 +18,7 @@ def serve(
     """Start the endpoint on a daemon thread and return the server (call `shutdown()` to stop it)."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        def do_GET(self) -> None:
             if self.path.startswith("/metrics"):
                 self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
             elif self.path.startswith("/healthz"):
@@ -37,7 +37,7 @@ def serve(
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - scrapes are not worth a log line
+        def log_message(self, format: str, *args: Any) -> None:
             return
 
     server = ThreadingHTTPServer((host, port), Handler)

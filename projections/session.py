@@ -26,7 +26,8 @@ def connector_jars(jars_dir: Path) -> list[str]:
     """The jar files to put on Spark's classpath, refusing a directory that lacks the connector or Delta."""
     jars = sorted(str(p) for p in jars_dir.glob("*.jar"))
     names = " ".join(Path(j).name for j in jars)
-    for needed in (f"spark-sql-kafka-0-10_{SCALA_BINARY}-{SPARK_VERSION}", f"delta-spark_{SCALA_BINARY}-{DELTA_VERSION}"):
+    wanted = (f"spark-sql-kafka-0-10_{SCALA_BINARY}-{SPARK_VERSION}", f"delta-spark_{SCALA_BINARY}-{DELTA_VERSION}")
+    for needed in wanted:
         if needed not in names:
             raise ConfigurationError(
                 f"{jars_dir} has no {needed}.jar; run `make jars` (or `python ops/localstack.py jars spark`), "
