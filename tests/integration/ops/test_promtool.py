@@ -3,6 +3,8 @@ describes and stays quiet in the ones it must not confuse with it (`promtool tes
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 PROMETHEUS_DIR = ROOT / "ops" / "prometheus"
 ALERTS = PROMETHEUS_DIR / "alerts.yml"
 CONFIG = PROMETHEUS_DIR / "prometheus.yml"
+DASHBOARDS = ROOT / "ops" / "grafana" / "dashboards"
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +51,31 @@ def test_prometheus_config_passes_promtool_check(promtool: str) -> None:
     output = run_promtool(promtool, "check", "config", str(CONFIG))
     assert "SUCCESS" in output
     assert "1 rule files found" in output
+
+
+def _exprs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["expr"]] if isinstance(node.get("expr"), str) else []
+        return found + [expr for value in node.values() for expr in _exprs(value)]
+    if isinstance(node, list):
+        return [expr for item in node for expr in _exprs(item)]
+    return []
+
+
+def test_dashboard_queries_are_valid_promql(promtool: str, tmp_path: Path) -> None:
+    # promtool parses expressions only inside rule files: each query becomes a recording rule, with
+    # Grafana's variables replaced by what they expand to (an interval, or a regex matching everything).
+    rules = []
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        for expr in _exprs(json.loads(path.read_text())):
+            expr = re.sub(r"\$__(?:rate_interval|interval|range)\b", "5m", expr)
+            expr = re.sub(r"\$\{?\w+\}?", ".*", expr)
+            rules.append({"record": f"dashboard_query_{len(rules)}", "expr": expr})
+    assert rules, f"no queries found in {DASHBOARDS}"
+    rule_file = tmp_path / "dashboard_queries.yml"
+    rule_file.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    output = run_promtool(promtool, "check", "rules", str(rule_file))
+    assert f"{len(rules)} rules found" in output
 
 
 # ------------------------------------------------------------------------------------------ alert behaviour
