@@ -26,16 +26,12 @@ pytestmark = pytest.mark.integration
 def promtool() -> str:
     path = shutil.which("promtool")
     if path is None:
-        pytest.fail(
-            "promtool is not installed; Debian's `prometheus` package provides it: apt-get install prometheus"
-        )
+        pytest.fail("promtool is not installed; Debian's `prometheus` package provides it: apt-get install prometheus")
     return path
 
 
 def run_promtool(promtool: str, *args: str, cwd: Path = ROOT) -> str:
-    result = subprocess.run(
-        [promtool, *args], capture_output=True, text=True, cwd=cwd, timeout=120, check=False
-    )
+    result = subprocess.run([promtool, *args], capture_output=True, text=True, cwd=cwd, timeout=120, check=False)
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"promtool {' '.join(args)} failed:\n{output}"
     return output
@@ -273,8 +269,7 @@ def _unit_tests() -> dict[str, Any]:
                         "eval_time": at,
                         "alertname": alert,
                         "exp_alerts": [
-                            {"exp_labels": _labels(labels) | {"severity": severity[alert]}}
-                            for labels in firing
+                            {"exp_labels": _labels(labels) | {"severity": severity[alert]}} for labels in firing
                         ],
                     }
                     for at, firing in scenario["expect"].items()
