@@ -182,6 +182,20 @@ SCENARIOS: list[dict[str, Any]] = [
         "expect": {"1m": [], "5m": [bridge("active")]},
     },
     {
+        "alert": "OutboxWatermarkNotPersisted",
+        # promtool's clock starts at 0: a timestamp of 0 is t seconds old at evaluation time t.
+        "series": [
+            ("outbox_last_persist_timestamp_seconds", bridge("hung"), "0x20"),
+            ("outbox_is_leader", bridge("hung"), "1x20"),
+            # A standby does not persist.
+            ("outbox_last_persist_timestamp_seconds", bridge("standby"), "0x20"),
+            ("outbox_is_leader", bridge("standby"), "0x20"),
+            ("outbox_last_persist_timestamp_seconds", bridge("working"), "0+60x20"),
+            ("outbox_is_leader", bridge("working"), "1x20"),
+        ],
+        "expect": {"3m": [], "6m": [bridge("hung")]},
+    },
+    {
         "alert": "OutboxNoLeader",
         "series": [
             # Both instances up, neither holds the lease.
