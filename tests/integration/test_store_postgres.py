@@ -1,0 +1,152 @@
+"""PostgreSQL specifics of the store: xid before seq, the snapshot-horizon read, holes, NOTIFY, holders."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+from bridge import migrate
+from bridge.schema import NOTIFY_CHANNEL
+from bridge.store import HoleTracker, SeqRange, postgres
+
+pytestmark = pytest.mark.integration
+
+INSERT = text(
+    "INSERT INTO domain_events (event_id, aggregate_type, aggregate_id, event_type, payload) "
+    "VALUES (:event_id, 'order', 'a-1', 'OrderPlaced', '{}') RETURNING seq"
+)
+
+
+@pytest.fixture()
+def engine(postgres_url: str) -> Iterator[Engine]:
+    migrate.upgrade(postgres_url)
+    engine = create_engine(postgres_url, pool_size=6)
+    yield engine
+    engine.dispose()
+
+
+def insert(conn: Connection, event_id: str) -> int:
+    return int(conn.execute(INSERT, {"event_id": event_id}).scalar_one())
+
+
+def poll(engine: Engine, tracker: HoleTracker) -> postgres.Poll:
+    with engine.connect() as conn:
+        return postgres.poll(conn, tracker, limit=100)
+
+
+def poll_until_settled(engine: Engine, tracker: HoleTracker, timeout: float = 30.0) -> postgres.Poll:
+    """Settling waits for every older transaction in the cluster, including other tests' ones: retry."""
+    deadline = time.monotonic() + timeout
+    while True:
+        step = poll(engine, tracker)
+        if step.settled or time.monotonic() > deadline:
+            return step
+        time.sleep(0.05)
+
+
+def test_a_transaction_takes_its_xid_before_its_seq(engine: Engine) -> None:
+    with engine.begin() as conn:
+        assert conn.scalar(text("SELECT pg_current_xact_id_if_assigned()")) is None
+        conn.scalar(text("SELECT outbox_next_seq()"))
+        assert conn.scalar(text("SELECT pg_current_xact_id_if_assigned()")) is not None
+    with engine.begin() as conn:
+        insert(conn, "e-1")
+        own = conn.scalar(text("SELECT pg_current_xact_id()::text"))
+        assert conn.scalar(text("SELECT txid::text FROM domain_events WHERE event_id = 'e-1'")) == own
+
+
+def test_the_seq_function_finds_its_sequence_whatever_the_callers_search_path(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("SET LOCAL search_path = pg_catalog"))
+        conn.execute(
+            text(
+                "INSERT INTO public.domain_events (event_id, aggregate_type, aggregate_id, event_type, payload) "
+                "VALUES ('e-1', 'order', 'a-1', 'OrderPlaced', '{}')"
+            )
+        )
+    with engine.connect() as conn:
+        assert conn.scalar(text("SELECT seq FROM domain_events")) == 1
+
+
+def test_read_visible_gives_the_horizon_even_when_no_row_is_visible(engine: Engine) -> None:
+    with engine.connect() as conn:
+        visible = postgres.read_visible(conn, after=0, limit=10)
+    assert visible.rows == ()
+    assert 0 < visible.horizon.low <= visible.horizon.high
+
+
+def test_a_late_commit_holds_later_rows_back_and_is_then_delivered_first(engine: Engine) -> None:
+    tracker = HoleTracker(cursor=0)
+    with engine.connect() as slow:
+        slow.begin()
+        slow_seq = insert(slow, "slow")
+        with engine.begin() as fast:
+            insert(fast, "fast")
+        waiting = poll(engine, tracker)
+        assert waiting.rows == ()
+        assert waiting.waiting_on == SeqRange(slow_seq, slow_seq)
+        slow.commit()
+    done = poll(engine, tracker)
+    assert [row.event_id for row in done.rows] == ["slow", "fast"]
+    assert done.settled == ()
+    assert done.cursor == tracker.cursor == slow_seq + 1
+
+
+def test_a_rolled_back_seq_becomes_a_settled_hole(engine: Engine) -> None:
+    tracker = HoleTracker(cursor=0)
+    with engine.connect() as doomed:
+        doomed.begin()
+        hole = insert(doomed, "doomed")
+        with engine.begin() as fast:
+            insert(fast, "fast")
+        assert poll(engine, tracker).waiting_on == SeqRange(hole, hole)
+        doomed.rollback()
+    step = poll_until_settled(engine, tracker)
+    assert step.settled == (SeqRange(hole, hole),)
+    assert [row.event_id for row in step.rows] == ["fast"]
+
+
+def test_an_older_running_transaction_keeps_the_hole_pending_and_is_named(engine: Engine) -> None:
+    tracker = HoleTracker(cursor=0)
+    with engine.connect() as older, engine.connect() as doomed:
+        older.begin()
+        older.execute(text("SET LOCAL application_name = 'older-report'"))
+        older_xid = older.scalar(text("SELECT pg_current_xact_id()::text"))
+        older_pid = older.scalar(text("SELECT pg_backend_pid()"))
+        doomed.begin()
+        hole = insert(doomed, "doomed")
+        with engine.begin() as fast:
+            insert(fast, "fast")
+        assert poll(engine, tracker).waiting_on == SeqRange(hole, hole)
+        doomed.rollback()
+        # The hole's writer is gone, but an older transaction still holds the horizon: it may not settle yet.
+        assert poll(engine, tracker).waiting_on == SeqRange(hole, hole)
+        with engine.connect() as conn:
+            holders = {holder.pid: holder for holder in postgres.horizon_holders(conn, limit=50)}
+        holder = holders[older_pid]
+        assert holder.xid is not None and int(holder.xid) == int(older_xid or 0) % 2**32  # xid is 32-bit
+        assert holder.application_name == "older-report"
+        assert holder.started_at is not None
+        older.commit()
+    step = poll_until_settled(engine, tracker)
+    assert step.settled == (SeqRange(hole, hole),)
+    assert [row.event_id for row in step.rows] == ["fast"]
+
+
+def test_inserts_notify_the_outbox_channel_when_they_commit(engine: Engine, postgres_url: str) -> None:
+    url = make_url(postgres_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as listener:
+        listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        with engine.connect() as conn:
+            conn.begin()
+            insert(conn, "n-1")
+            insert(conn, "n-2")
+            assert list(listener.notifies(timeout=0.3)) == []  # nothing before the commit
+            conn.commit()
+        notices = list(listener.notifies(timeout=5, stop_after=1))
+        assert [(notice.channel, notice.payload) for notice in notices] == [(NOTIFY_CHANNEL, "")]
