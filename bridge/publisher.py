@@ -73,10 +73,11 @@ class KafkaPublisher:
                 self.failure = DeliveryFailure(seq, err.code(), err.str(), fatal=err.fatal())
             self._on_delivery(seq, generation, err)
 
+        headers: list[tuple[str, str | bytes | None]] = list(record.headers)
         while True:
             try:
                 self._producer.produce(
-                    record.topic, value=record.value, key=record.key, headers=record.headers, on_delivery=delivered
+                    record.topic, value=record.value, key=record.key, headers=headers, on_delivery=delivered
                 )
                 return
             except BufferError:

@@ -9,6 +9,7 @@ elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from dataclasses import dataclass
@@ -79,8 +80,8 @@ class _SqlSource:
             raise store_error(exc, doing) from exc
 
     def head_seq(self) -> int:
-        return int(self._run("reading the head seq", lambda c: c.execute(select(func.max(domain_events.c.seq))).scalar())
-                   or 0)
+        head = self._run("reading the head seq", lambda c: c.execute(select(func.max(domain_events.c.seq))).scalar())
+        return int(head or 0)
 
     def oldest_after(self, seq: int) -> OutboxRow | None:
         rows = self._run("reading the oldest unpublished event", lambda c: select_after(c, seq, 1))
@@ -166,10 +167,8 @@ class PostgresSource(_SqlSource):
 
     def _drop_listener(self) -> None:
         if self._listen is not None:
-            try:
+            with contextlib.suppress(Exception):  # already broken
                 self._listen.close()
-            except Exception:  # noqa: BLE001 - already broken
-                pass
         self._listen = None
 
     def close(self) -> None:

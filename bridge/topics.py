@@ -10,7 +10,11 @@ import logging
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient
+
+# From the defining modules: `confluent_kafka.admin` does not re-export these for type checkers.
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.cimpl import NewTopic
 
 from bridge.errors import TopicSafetyError
 
@@ -140,8 +144,6 @@ class TopicGuard:
 
     def fix(self, report: TopicReport) -> list[str]:
         """Set min.insync.replicas and unclean leader election where wrong; return what is left unfixed."""
-        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
-
         entries = []
         rf = report.replication_factor or 1
         if report.min_insync_replicas is not None and report.min_insync_replicas < TopicPolicy.min_isr(rf):
