@@ -34,9 +34,7 @@ from bridge.store.failures import store_error
 #: The Alembic environment and revisions, at the repository root next to the `bridge` package.
 MIGRATIONS_DIR: Final = Path(__file__).resolve().parent.parent / "migrations"
 VERSION_TABLE: Final = "outbox_alembic_version"
-_URL_EXAMPLES: Final = (
-    "e.g. postgresql+psycopg://user:password@host:5432/db, sqlite:///outbox.db, mssql+pyodbc://..."
-)
+_URL_EXAMPLES: Final = "e.g. postgresql+psycopg://user:password@host:5432/db, sqlite:///outbox.db, mssql+pyodbc://..."
 
 
 def masked(url: str | URL) -> str:
@@ -52,15 +50,12 @@ def parse_url(url: str | URL) -> URL:
         parsed = url
     else:
         if not url or not url.strip():
-            raise ConfigurationError(
-                f"no database URL: set OUTBOX_DB_URL to a SQLAlchemy URL, {_URL_EXAMPLES}"
-            )
+            raise ConfigurationError(f"no database URL: set OUTBOX_DB_URL to a SQLAlchemy URL, {_URL_EXAMPLES}")
         try:
             parsed = make_url(url.strip())
         except ArgumentError as exc:
             raise ConfigurationError(
-                f"database URL {masked(url)!r} is not a SQLAlchemy URL; "
-                f"set OUTBOX_DB_URL to one, {_URL_EXAMPLES}"
+                f"database URL {masked(url)!r} is not a SQLAlchemy URL; set OUTBOX_DB_URL to one, {_URL_EXAMPLES}"
             ) from exc
     if parsed.get_backend_name() not in SUPPORTED_DIALECTS:
         raise ConfigurationError(

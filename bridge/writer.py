@@ -53,9 +53,7 @@ def _payload_text(payload: JsonPayload, event_id: str) -> str:
         try:
             text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise InvalidEventError(
-                f"event {event_id}: payload cannot be serialized as JSON ({exc})"
-            ) from exc
+            raise InvalidEventError(f"event {event_id}: payload cannot be serialized as JSON ({exc})") from exc
     else:
         raise InvalidEventError(
             f"event {event_id}: payload must be JSON text, a dict or a list, not {type(payload).__name__}"
@@ -139,9 +137,7 @@ class OutboxEvent:
             )
         object.__setattr__(self, "occurred_at", None if occurred_at is None else occurred_at.astimezone(UTC))
         if not isinstance(schema_version, int) or isinstance(schema_version, bool) or schema_version < 1:
-            raise InvalidEventError(
-                f"event {label}: schema_version must be an int >= 1, got {schema_version!r}"
-            )
+            raise InvalidEventError(f"event {label}: schema_version must be an int >= 1, got {schema_version!r}")
         object.__setattr__(self, "schema_version", schema_version)
 
     def row(self) -> dict[str, Any]:

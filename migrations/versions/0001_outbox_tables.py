@@ -39,9 +39,7 @@ depends_on: str | None = None
 
 SUPPORTED = ("sqlite", "postgresql", "mssql")
 
-POSTGRES_SEQUENCE = (
-    "CREATE SEQUENCE domain_events_seq_seq AS BIGINT START WITH 1 INCREMENT BY 1 CACHE 1 NO CYCLE"
-)
+POSTGRES_SEQUENCE = "CREATE SEQUENCE domain_events_seq_seq AS BIGINT START WITH 1 INCREMENT BY 1 CACHE 1 NO CYCLE"
 
 POSTGRES_SEQ_FUNCTION = """
 CREATE FUNCTION outbox_next_seq() RETURNS BIGINT

@@ -149,9 +149,7 @@ class Database:
         return visible, Horizon(low=xmin, high=xmax)
 
 
-def run_reader(
-    db: Database, tracker: HoleTracker, limit: int, delivered: list[int], settled: set[int]
-) -> None:
+def run_reader(db: Database, tracker: HoleTracker, limit: int, delivered: list[int], settled: set[int]) -> None:
     visible, horizon = db.read(tracker.cursor, limit)
     step = tracker.advance(visible, horizon)
     delivered.extend(step.deliver)
@@ -192,9 +190,7 @@ def simulate(choose: Callable[[Sequence[Any]], Any], steps: int, limit: int) -> 
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    data=st.data(), steps=st.integers(min_value=1, max_value=60), limit=st.integers(min_value=1, max_value=8)
-)
+@given(data=st.data(), steps=st.integers(min_value=1, max_value=60), limit=st.integers(min_value=1, max_value=8))
 def test_every_committed_seq_is_delivered_once_in_order_and_no_aborted_one(
     data: st.DataObject, steps: int, limit: int
 ) -> None:

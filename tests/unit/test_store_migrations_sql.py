@@ -52,9 +52,7 @@ def test_postgresql_ddl_takes_the_xid_before_the_seq_and_stores_payload_as_text(
     assert "jsonb" not in ddl.lower()
     assert re.search(r"CREATE SEQUENCE domain_events_seq_seq .*CACHE 1", ddl)
     function = ddl[ddl.index("CREATE FUNCTION outbox_next_seq()") :]
-    assert function.index("PERFORM pg_current_xact_id();") < function.index(
-        "nextval('domain_events_seq_seq')"
-    )
+    assert function.index("PERFORM pg_current_xact_id();") < function.index("nextval('domain_events_seq_seq')")
     assert "ALTER SEQUENCE domain_events_seq_seq OWNED BY domain_events.seq" in ddl
     # The sequence and function exist before the table that uses them.
     assert ddl.index("CREATE FUNCTION outbox_next_seq()") < ddl.index("CREATE TABLE domain_events")
@@ -93,9 +91,7 @@ def test_head_is_the_first_revision() -> None:
         ("mysql+pymysql://u:hunter2@h/db", "support sqlite, postgresql, mssql, not 'mysql'"),
     ],
 )
-def test_bad_urls_are_configuration_errors_that_name_the_fix_and_hide_passwords(
-    url: str, message: str
-) -> None:
+def test_bad_urls_are_configuration_errors_that_name_the_fix_and_hide_passwords(url: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message) as caught:
         migrate.upgrade(url)
     assert "hunter2" not in str(caught.value)
