@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCALSTACK = ROOT / "ops" / "localstack.py"
-KAFKA3_PORT = 29092
+KAFKA3_PORT = int(os.environ.get("OUTBOX_KAFKA3_PORT", "29092"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

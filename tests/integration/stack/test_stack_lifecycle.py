@@ -37,8 +37,10 @@ def _make(target: str, env: dict[str, str]) -> str:
 @pytest.mark.timeout(600)
 def test_up_is_idempotent_and_down_leaves_nothing(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    env = {**os.environ, "OUTBOX_RUN_DIR": str(run_dir), "OUTBOX_KAFKA_PORT": "39092",
-           "OUTBOX_PG_PORT": "56432", "BROKERS": "1"}
+    kafka_port = os.environ.get("OUTBOX_LIFECYCLE_KAFKA_PORT", "39092")
+    pg_port = os.environ.get("OUTBOX_LIFECYCLE_PG_PORT", "56432")
+    env = {**os.environ, "OUTBOX_RUN_DIR": str(run_dir), "OUTBOX_KAFKA_PORT": kafka_port,
+           "OUTBOX_PG_PORT": pg_port, "BROKERS": "1"}
     # The postgres account must be able to reach its data directory under pytest's tmp directory.
     for parent in [tmp_path, *tmp_path.parents]:
         parent.chmod(parent.stat().st_mode | 0o001)
@@ -48,8 +50,8 @@ def test_up_is_idempotent_and_down_leaves_nothing(tmp_path: Path) -> None:
         pids_after_first = _stack_pids(run_dir)
         assert len(pids_after_first) >= 2, "expected a broker and a postmaster"
         stack_env = (run_dir / "stack.env").read_text()
-        assert "KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:39092" in stack_env
-        assert "OUTBOX_DB_URL=postgresql+psycopg://postgres@127.0.0.1:56432/outbox" in stack_env
+        assert f"KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:{kafka_port}" in stack_env
+        assert f"OUTBOX_DB_URL=postgresql+psycopg://postgres@127.0.0.1:{pg_port}/outbox" in stack_env
 
         second = _make("up", env)
         assert "started Kafka" not in second and "starting PostgreSQL" not in second
