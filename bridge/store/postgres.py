@@ -43,9 +43,10 @@ class Poll:
 
 @dataclass(frozen=True, slots=True)
 class HorizonHolder:
-    """A running transaction that holds the horizon back: the operator's answer to "why is it stuck"."""
+    """A running transaction that holds the horizon back: the operator's answer to "why is it stuck".
+    `pid` is None for a prepared (two-phase) transaction, whose `state` says how to end it."""
 
-    pid: int
+    pid: int | None
     xid: str | None
     started_at: datetime | None
     state: str | None
@@ -96,28 +97,35 @@ def poll(conn: Connection, tracker: HoleTracker, limit: int) -> Poll:
     )
 
 
+# Prepared (two-phase) transactions hold the horizon too but have no session in pg_stat_activity: a
+# forgotten one stalls the bridge for good, so it is listed with the command that ends it.
 _HOLDERS = text(
     """
     SELECT pid, backend_xid::text AS xid, xact_start AS started_at, state, application_name,
-           client_addr::text AS client, left(query, 300) AS query
+           client_addr::text AS client, left(query, 300) AS query, age(backend_xid) AS xid_age
     FROM pg_stat_activity
     WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
-    ORDER BY age(backend_xid) DESC
+    UNION ALL
+    SELECT NULL, transaction::text, prepared,
+           'prepared: end it with COMMIT PREPARED or ROLLBACK PREPARED ' || quote_literal(gid),
+           NULL, NULL, NULL, age(transaction)
+    FROM pg_prepared_xacts
+    ORDER BY xid_age DESC
     LIMIT :limit
     """
 )
 
 
 def horizon_holders(conn: Connection, limit: int = 5) -> list[HorizonHolder]:
-    """The oldest running transactions that have a transaction id, oldest first: the ones a pending
-    hole waits for. Query texts of other users show only with `pg_read_all_stats`."""
+    """The oldest running or prepared transactions that have a transaction id, oldest first: the ones a
+    pending hole waits for. Query texts of other users show only with `pg_read_all_stats`."""
     try:
         result = conn.execute(_HOLDERS, {"limit": limit}).mappings().all()
     except DBAPIError as exc:
         raise store_error(exc, "listing the transactions that hold the horizon (pg_stat_activity)") from exc
     return [
         HorizonHolder(
-            pid=int(row["pid"]),
+            pid=None if row["pid"] is None else int(row["pid"]),
             xid=row["xid"],
             started_at=row["started_at"],
             state=row["state"],

@@ -150,3 +150,22 @@ def test_inserts_notify_the_outbox_channel_when_they_commit(engine: Engine, post
             conn.commit()
         notices = list(listener.notifies(timeout=5, stop_after=1))
         assert [(notice.channel, notice.payload) for notice in notices] == [(NOTIFY_CHANNEL, "")]
+
+
+def test_a_forgotten_prepared_transaction_is_named_with_the_command_that_ends_it(engine: Engine) -> None:
+    with engine.connect() as conn:
+        if int(conn.scalar(text("SHOW max_prepared_transactions")) or 0) == 0:
+            pytest.skip("this PostgreSQL has max_prepared_transactions = 0, so no transaction can be prepared")
+    with engine.connect() as conn:
+        conn.begin()
+        insert(conn, "prepared")
+        conn.exec_driver_sql("PREPARE TRANSACTION 'outbox-test-gid'")
+        conn.rollback()  # the session's own transaction is gone; the prepared one lives on
+    try:
+        with engine.connect() as conn:
+            holders = postgres.horizon_holders(conn, limit=50)
+        prepared = [holder for holder in holders if holder.pid is None]
+        assert prepared and "ROLLBACK PREPARED 'outbox-test-gid'" in (prepared[0].state or "")
+    finally:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("ROLLBACK PREPARED 'outbox-test-gid'")
