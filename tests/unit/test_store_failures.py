@@ -1,0 +1,61 @@
+"""Driver errors become StoreError or TransientStoreError, with a retry verdict and a readable message."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
+
+from bridge.errors import StoreError, TransientStoreError
+from bridge.store.failures import is_transient, sqlstate, store_error
+
+pytestmark = pytest.mark.unit
+
+
+class PsycopgLike(Exception):
+    def __init__(self, message: str, sqlstate: str | None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+def wrap(kind: type[DBAPIError], orig: BaseException, invalidated: bool = False) -> DBAPIError:
+    return kind("SELECT 1", {}, orig, connection_invalidated=invalidated)
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        (wrap(OperationalError, PsycopgLike("deadlock detected", "40P01")), True),
+        (wrap(OperationalError, PsycopgLike("could not serialize access", "40001")), True),
+        (wrap(OperationalError, PsycopgLike("terminating connection due to administrator command", "57P01")), True),
+        (wrap(OperationalError, PsycopgLike("connection failure", "08006")), True),
+        (wrap(OperationalError, PsycopgLike("connection refused", None)), True),
+        (wrap(OperationalError, Exception("database is locked")), True),
+        (wrap(DBAPIError, Exception("08S01", "[08S01] Communication link failure")), True),
+        (wrap(DBAPIError, Exception("40001", "[40001] Transaction (Process ID 51) was deadlocked")), True),
+        (wrap(DBAPIError, Exception("anything"), invalidated=True), True),
+        (wrap(IntegrityError, PsycopgLike("duplicate key value violates unique constraint", "23505")), False),
+        (wrap(ProgrammingError, PsycopgLike('relation "domain_events" does not exist', "42P01")), False),
+        (wrap(OperationalError, PsycopgLike("canceling statement due to statement timeout", "57014")), False),
+    ],
+)
+def test_is_transient_retries_only_what_a_new_attempt_can_fix(error: DBAPIError, transient: bool) -> None:
+    assert is_transient(error) is transient
+    translated = store_error(error, "reading domain_events after seq 7")
+    assert isinstance(translated, TransientStoreError) is transient
+    assert isinstance(translated, StoreError)
+    assert str(translated).startswith("reading domain_events after seq 7 failed: ")
+
+
+def test_sqlstate_comes_from_psycopg_or_from_pyodbc_args() -> None:
+    assert sqlstate(wrap(OperationalError, PsycopgLike("x", "40P01"))) == "40P01"
+    assert sqlstate(wrap(OperationalError, Exception("HYT00", "[HYT00] Login timeout expired"))) == "HYT00"
+    assert sqlstate(wrap(OperationalError, Exception("no code here"))) is None
+
+
+def test_the_message_keeps_the_first_line_of_the_driver_error() -> None:
+    error = wrap(
+        IntegrityError, PsycopgLike("violates not-null constraint\nDETAIL: Failing row contains (...)", "23502")
+    )
+    assert (
+        str(store_error(error, "appending 1 event(s)")) == "appending 1 event(s) failed: violates not-null constraint"
+    )
