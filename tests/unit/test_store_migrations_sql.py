@@ -45,6 +45,7 @@ def test_postgresql_ddl_takes_the_xid_before_the_seq_and_stores_payload_as_text(
     ddl = migrate.sql("postgresql")
     events = table_ddl(ddl, "domain_events")
     assert "seq BIGINT DEFAULT outbox_next_seq() NOT NULL" in events
+    assert f"DEFAULT {schema.SEQ_FUNCTION}()" in events and f"CREATE SEQUENCE {schema.SEQ_SEQUENCE} " in ddl
     assert "BIGSERIAL" not in events and "IDENTITY" not in events
     assert "txid XID8 DEFAULT pg_current_xact_id() NOT NULL" in events
     assert "payload TEXT NOT NULL" in events
