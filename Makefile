@@ -23,6 +23,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install the project with its pinned dependencies
 
+sysdeps: ## install the Debian packages the tests use when missing (promtool/prometheus; PostgreSQL comes with `up`)
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; \
+	  else echo "promtool is missing: sudo apt-get install prometheus" >&2; exit 1; fi; }
+
 jars: $(STAMP) ## resolve the Kafka broker, Spark Kafka connector and Delta jars into .cache/jars
 	$(PY) ops/localstack.py jars kafka spark
 
@@ -35,7 +40,7 @@ down: ## stop every process the local stack started
 status: $(STAMP) ## show which stack processes run
 	$(PY) ops/localstack.py status
 
-test: $(STAMP) jars ## run the whole test suite (starts what it needs)
+test: $(STAMP) jars sysdeps ## run the whole test suite (starts what it needs)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## run only the fast unit tests
@@ -54,4 +59,4 @@ bench: $(STAMP) jars ## run the benchmark suite; results go to docs/BENCHMARKS.m
 clean: down ## stop the stack and remove .run (keeps .venv and .cache)
 	rm -rf .run
 
-.PHONY: help venv jars up down status test test-unit lint demo bench clean
+.PHONY: help venv sysdeps jars up down status test test-unit lint demo bench clean
