@@ -475,6 +475,7 @@ class Postgres:
                     f"port = {self.port}\n"
                     f"unix_socket_directories = '{self.socket_dir}'\n"
                     "max_connections = 300\n"
+                    "max_prepared_transactions = 20\n"
                     "shared_buffers = 256MB\n"
                     "wal_level = logical\n"
                     "log_min_messages = warning\n"
@@ -483,8 +484,9 @@ class Postgres:
             log(f"starting PostgreSQL on {HOST}:{self.port}")
             result = subprocess.run(
                 as_pg_user(
+                    # Two-phase transactions hold the horizon too; tests need them enabled (also for older data dirs).
                     [str(binaries / "pg_ctl"), "-D", str(self.data), "-l", str(self.log_file), "-w", "-t", "60",
-                     "start"]
+                     "-o", "-c max_prepared_transactions=20", "start"]
                 ),
                 capture_output=True,
                 text=True,
