@@ -203,7 +203,7 @@ def make_source(engine: Engine, cursor: int) -> OutboxSource:
     if name == "mssql":
         from bridge.store.mssql import MssqlSource
 
-        return MssqlSource(engine, cursor)  # type: ignore[no-any-return]
+        return MssqlSource(engine, cursor)
     from bridge.errors import ConfigurationError
 
     raise ConfigurationError(

@@ -7,9 +7,10 @@ unclean leader election off. A one-broker development cluster is allowed only wh
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 # From the defining modules: `confluent_kafka.admin` does not re-export these for type checkers.
@@ -158,6 +159,22 @@ class TopicGuard:
         after = self.check(report.topic)
         return after.problems
 
+    def _check_created(self, topic: str) -> TopicReport:
+        """Check a topic just created: metadata shows it a moment after CreateTopics returns, so wait."""
+        deadline = time.monotonic() + self._timeout
+        delay = 0.05
+        while True:
+            try:
+                report = self.check(topic)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() >= deadline:
+                    raise
+            else:
+                if report.exists or time.monotonic() >= deadline:
+                    return report
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
     def ensure(self, topic: str, allow_create: bool) -> TopicReport:
         """Check a topic, creating it if missing and allowed; raise TopicSafetyError if it is unsafe."""
         report = self.check(topic)
@@ -168,7 +185,7 @@ class TopicGuard:
                     f"replication factor {self._policy.replication_factor} or run `outbox-bridge topics ensure`"
                 )
             self.create(topic)
-            report = self.check(topic)
+            report = self._check_created(topic)
         if report.problems:
             raise TopicSafetyError("; ".join(report.problems))
         for note in report.notes:
