@@ -1,7 +1,8 @@
 """The persisted low watermark and the lease that fences it: one active bridge per name.
 
 Every write of the watermark names the epoch the writer was granted; a take-over bumps the epoch, so
-a paused former leader that wakes up finds its epoch stale and cannot move the watermark.
+a paused former leader that wakes up finds its epoch stale and cannot move the watermark. The
+watermark only moves forward, except through a rewind requested in `bridge_replay_audit`.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, update
-from sqlalchemy.engine import Engine
+from sqlalchemy import case, insert, select, update
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from bridge.errors import FencedError
-from bridge.schema import bridge_offsets
+from bridge.schema import bridge_offsets, bridge_replay_audit
 from bridge.store.failures import store_error
 
 
@@ -42,6 +43,16 @@ class OffsetRow:
     heartbeat_at: datetime | None
     updated_at: datetime | None
     status: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RewindRequest:
+    """A pending `bridge_replay_audit` row asking the running leader to re-publish from `from_seq`."""
+
+    id: int
+    from_seq: int
+    requested_by: str
+    reason: str | None
 
 
 def _now() -> datetime:
@@ -123,33 +134,102 @@ class OffsetStore:
             return None
         return Lease(self._name, owner, epoch, current.watermark)
 
-    def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any]) -> None:
-        """Write the watermark and renew the lease; raise FencedError if another instance took over."""
+    def persist(
+        self,
+        lease: Lease,
+        watermark: int,
+        lease_seconds: float,
+        status: dict[str, Any],
+        *,
+        allow_lower: bool = False,
+    ) -> None:
+        """Write the watermark and renew the lease; raise FencedError if another instance took over.
+
+        The stored watermark never moves back unless `allow_lower` (a rewind the operator asked for).
+        """
         now = _now()
+        column = bridge_offsets.c.watermark
+        new_watermark: Any = watermark if allow_lower else case((column < watermark, watermark), else_=column)
         try:
             with self._engine.begin() as conn:
-                result = conn.execute(
-                    update(bridge_offsets)
-                    .where(
-                        bridge_offsets.c.bridge_name == self._name,
-                        bridge_offsets.c.epoch == lease.epoch,
-                        bridge_offsets.c.owner == lease.owner,
-                    )
-                    .values(
-                        watermark=watermark,
-                        lease_expires_at=now + timedelta(seconds=lease_seconds),
-                        heartbeat_at=now,
-                        updated_at=now,
-                        status_json=json.dumps(status, default=str, separators=(",", ":")),
-                    )
-                )
+                self._write_fenced(conn, lease, lease_seconds, now, watermark=new_watermark,
+                                   status_json=json.dumps(status, default=str, separators=(",", ":")))
         except DBAPIError as exc:
             raise store_error(exc, f"persisting the watermark {watermark} of bridge {self._name!r}") from exc
+
+    def _write_fenced(self, conn: Connection, lease: Lease, lease_seconds: float, now: datetime,
+                      **values: Any) -> None:
+        result = conn.execute(
+            update(bridge_offsets)
+            .where(
+                bridge_offsets.c.bridge_name == self._name,
+                bridge_offsets.c.epoch == lease.epoch,
+                bridge_offsets.c.owner == lease.owner,
+            )
+            .values(lease_expires_at=now + timedelta(seconds=lease_seconds), heartbeat_at=now, updated_at=now,
+                    **values)
+        )
         if result.rowcount != 1:
             raise FencedError(
                 f"bridge {self._name!r}: lease epoch {lease.epoch} held by {lease.owner} is no longer current; "
                 "another instance took over, so this one stops publishing"
             )
+
+    # ------------------------------------------------------------------------------------ rewinds
+
+    def pending_rewind(self) -> RewindRequest | None:
+        """The oldest rewind request for this bridge that no instance has applied or refused yet."""
+        audit = bridge_replay_audit
+        query = (
+            select(audit.c.id, audit.c.from_seq, audit.c.requested_by, audit.c.reason)
+            .where(audit.c.bridge_name == self._name, audit.c.mode == "rewind", audit.c.status == "pending")
+            .order_by(audit.c.id)
+            .limit(1)
+        )
+        try:
+            with self._engine.connect() as conn:
+                row = conn.execute(query).first()
+        except DBAPIError as exc:
+            raise store_error(exc, f"reading pending rewinds of bridge {self._name!r}") from exc
+        if row is None:
+            return None
+        return RewindRequest(int(row.id), int(row.from_seq), row.requested_by, row.reason)
+
+    def apply_rewind(self, lease: Lease, request: RewindRequest, lease_seconds: float) -> bool:
+        """Lower the watermark to `from_seq - 1` and mark the request applied, in one transaction.
+
+        Returns False (nothing changed) when the request is no longer pending, e.g. the operator's
+        command gave up waiting and marked it refused; raises FencedError if this lease is stale.
+        """
+        audit = bridge_replay_audit
+        now = _now()
+        try:
+            with self._engine.begin() as conn:
+                marked = conn.execute(
+                    update(audit).where(audit.c.id == request.id, audit.c.status == "pending")
+                    .values(status="applied", applied_at=now)
+                )
+                if marked.rowcount != 1:
+                    conn.rollback()
+                    return False
+                # Fenced like every watermark write: a stale leader's transaction rolls back here.
+                self._write_fenced(conn, lease, lease_seconds, now, watermark=request.from_seq - 1)
+        except DBAPIError as exc:
+            raise store_error(exc, f"applying rewind request {request.id} of bridge {self._name!r}") from exc
+        return True
+
+    def refuse_rewind(self, request: RewindRequest, why: str) -> None:
+        """Mark a rewind request refused, appending why to its reason, without touching the watermark."""
+        audit = bridge_replay_audit
+        reason = f"{request.reason} [refused: {why}]" if request.reason else f"[refused: {why}]"
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(update(audit).where(audit.c.id == request.id, audit.c.status == "pending")
+                             .values(status="refused", reason=reason))
+        except DBAPIError as exc:
+            raise store_error(exc, f"refusing rewind request {request.id} of bridge {self._name!r}") from exc
+
+    # -------------------------------------------------------------------------------------- lease
 
     def release(self, lease: Lease) -> None:
         """Give the lease up after a graceful stop, so a standby takes over at once."""
