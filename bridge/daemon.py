@@ -1,8 +1,9 @@
 """`outbox-bridge run`: tail the outbox in seq order and publish every committed event to Kafka.
 
-One loop, one thread: serve delivery reports, read while the in-flight window has room, persist the
-low watermark on an interval (which also renews the lease), and wait for new rows when idle. Any
-failed delivery discards the producer and rewinds to the watermark; a database failure backs off
+One loop, one thread: serve delivery reports, persist the low watermark on an interval (which also
+renews the lease and picks up rewind requests), read while the in-flight window has room, and wait
+for new rows when idle. Any failed delivery discards the producer and rewinds to the watermark; a
+record Kafka refuses for good is treated as a poison event; a database or admin failure backs off
 and retries; losing the lease stops publishing at once.
 """
 
@@ -21,7 +22,7 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from bridge.backoff import Backoff, BackoffPolicy
 from bridge.config import BridgeConfig, PoisonPolicy
@@ -41,6 +42,20 @@ log = logging.getLogger("bridge.daemon")
 EXIT_OK = 0
 EXIT_POISON = 3
 EXIT_UNSAFE = 4
+
+#: librdkafka's default `message.max.bytes`: the producer refuses a larger record before sending it.
+PRODUCER_MAX_MESSAGE_BYTES = 1_000_000
+#: Delivery errors that are about the record itself, not the cluster: sending it again fails again,
+#: so after the rewind the record is handled by the poison policy instead of being retried forever.
+RECORD_REFUSED = frozenset({
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.RECORD_LIST_TOO_LARGE,
+    KafkaError.INVALID_RECORD,
+    KafkaError.INVALID_MSG,
+    KafkaError.INVALID_MSG_SIZE,
+})
+#: How long a rewind waits for in-flight acks before it discards the producer.
+REWIND_DRAIN_S = 10.0
 
 
 @dataclass
@@ -81,6 +96,9 @@ class BridgeDaemon:
         self.last_error: str | None = None
         self.holes_settled = 0
         self.halted: PoisonEventError | None = None
+        self.rewinds_applied = 0
+        # Seqs Kafka refused for good (RECORD_REFUSED), with the reason, until the poison policy handles them.
+        self._refused: dict[int, str] = {}
 
     # ------------------------------------------------------------------------------------ lifecycle
 
@@ -159,58 +177,73 @@ class BridgeDaemon:
         tracker = AckTracker(lease.watermark, max_in_flight=config.max_in_flight,
                              max_in_flight_bytes=config.max_in_flight_bytes)
         self._tracker = tracker
+        self._sent.clear()
         source = make_source(self.engine, lease.watermark)
         publisher = self._new_publisher()
         self._ready.set()
         persisted_at = time.monotonic()
         lease_valid_until = persisted_at + config.lease_timeout_s
-        db_backoff = Backoff(BackoffPolicy(initial_s=0.05, cap_s=5.0))
-        idle_wait = config.poll_interval_min_ms / 1000
+        backoff = Backoff(BackoffPolicy(initial_s=0.05, cap_s=5.0))
+        idle_min = config.poll_interval_min_ms / 1000
+        idle_wait = idle_min
         try:
             while not self._stop.is_set():
                 publisher.poll(0)
                 if publisher.failure is not None:
                     publisher = self._rebuild(publisher, tracker, source)
                     continue
+                # Renew the lease before reading: a process that was paused past its lease finds out
+                # here, before it sends anything more.
+                now = time.monotonic()
+                if now - persisted_at >= config.persist_interval_s or now >= lease_valid_until:
+                    try:
+                        self._persist(lease, tracker, source)
+                        lease_valid_until = now + config.lease_timeout_s
+                        publisher = self._pick_up_rewind(lease, tracker, source, publisher)
+                    except TransientStoreError as exc:
+                        self._note_error("database", exc)
+                        if time.monotonic() >= lease_valid_until:
+                            # Another instance may have taken over meanwhile: stop publishing.
+                            raise FencedError(f"could not renew the lease for {config.lease_timeout_s}s") from exc
+                    persisted_at = now
                 read_any = False
                 if tracker.has_room(0):
                     try:
                         read_any = self._read_and_send(source, tracker, publisher)
-                        db_backoff.reset()
-                    except TransientStoreError as exc:
-                        self.last_error = str(exc)
-                        self.metrics.publish_errors.labels(kind="database").inc()
-                        delay = db_backoff.next_delay()
-                        log.warning("database read failed; retrying",
+                        backoff.reset()
+                    except (TransientStoreError, KafkaException) as exc:
+                        # The database (reading rows) or the admin API (checking a new topic) failed:
+                        # nothing is lost, the next read starts after the last seq handed to Kafka.
+                        self._note_error("database" if isinstance(exc, TransientStoreError) else "admin", exc)
+                        delay = backoff.next_delay()
+                        log.warning("reading or routing failed; retrying",
                                     extra={"error": str(exc), "retry_in_s": round(delay, 3)})
                         publisher.poll(delay)
                     except PoisonEventError as exc:
-                        return self._halt(exc, tracker, publisher, lease)
-                now = time.monotonic()
-                if now - persisted_at >= config.persist_interval_s:
-                    try:
-                        self._persist(lease, tracker, source)
-                        persisted_at = now
-                        lease_valid_until = now + config.lease_timeout_s
-                    except TransientStoreError as exc:
+                        return self._halt(exc, lease, tracker, publisher, source)
+                    except TopicSafetyError as exc:
                         self.last_error = str(exc)
-                        persisted_at = now  # try again next interval
-                        if now >= lease_valid_until:
-                            # Another instance may have taken over meanwhile: stop publishing.
-                            raise FencedError(f"could not renew the lease for {config.lease_timeout_s}s") from exc
-                if not read_any:
-                    if tracker.unacked_count:
-                        publisher.poll(0.005)
-                    else:
-                        source.wait(idle_wait)
-                        idle_wait = min(idle_wait * 2, config.poll_interval_max_ms / 1000)
+                        log.error("unsafe topic; stopping", extra={"error": str(exc)})
+                        return self._shutdown(lease, tracker, publisher, source, EXIT_UNSAFE)
+                if read_any:
+                    idle_wait = idle_min
+                    continue
+                if tracker.unacked_count:
+                    # Waiting for acks: poll returns as soon as one arrives, so this costs no latency,
+                    # and while Kafka is unreachable it keeps the loop from querying the outbox hot.
+                    publisher.poll(idle_wait)
                 else:
-                    idle_wait = config.poll_interval_min_ms / 1000
-            return self._shutdown(lease, tracker, publisher, source)
+                    source.wait(idle_wait)
+                idle_wait = min(idle_wait * 2, config.poll_interval_max_ms / 1000)
+            return self._shutdown(lease, tracker, publisher, source, EXIT_OK)
         except FencedError:
             publisher.close()
             source.close()
             raise
+
+    def _note_error(self, kind: str, exc: Exception) -> None:
+        self.last_error = str(exc)
+        self.metrics.publish_errors.labels(kind=kind).inc()
 
     def _new_publisher(self) -> Publisher:
         return self._publisher_factory(producer_settings(self.config).conf, self._on_delivery)
@@ -222,9 +255,14 @@ class BridgeDaemon:
         self.metrics.publish_errors.labels(kind="fatal" if failure.fatal else "delivery").inc()
         self.metrics.producer_rebuilds.inc()
         log.error("delivery failed; rebuilding the producer and rewinding to the watermark",
-                  extra={"seq": failure.seq, "error": failure.reason, "watermark": tracker.watermark})
+                  extra={"seq": failure.seq, "error": failure.reason, "watermark": tracker.watermark,
+                         "refused_seqs": sorted(self._refused)[:10]})
         publisher.close()
-        watermark = tracker.rewind()
+        return self._restart_from(tracker.watermark, tracker, source)
+
+    def _restart_from(self, watermark: int, tracker: AckTracker, source: OutboxSource) -> Publisher:
+        """Forget everything in flight, continue reading after `watermark`, with a new producer."""
+        tracker.reset(watermark)
         self._sent.clear()
         source.rewind(watermark)
         return self._new_publisher()
@@ -236,35 +274,42 @@ class BridgeDaemon:
         if limit <= 0:
             return False
         batch = source.poll(limit)
-        if not batch.rows:
-            if batch.waiting_on is not None:
-                self.metrics.horizon_held_back.set(1)
-            return False
         self.metrics.horizon_held_back.set(1 if batch.waiting_on is not None else 0)
+        if not batch.rows:
+            return False
         generation = tracker.generation
-        for row in batch.rows:
-            if row.seq > tracker.position + 1:
-                holes = tracker.settle_holes(row.seq - 1)
-                self.holes_settled += holes
-                self.metrics.holes_settled.inc(holes)
-            record = self._record(row)
-            if record is None:
-                continue
-            tracker.track(row.seq, record.size)
-            self._sent[row.seq] = _Sent(record.topic, row.occurred_at.timestamp())
-            publisher.send(record, generation)
-        self.metrics.in_flight_events.set(tracker.in_flight_count)
-        self.metrics.in_flight_bytes.set(tracker.in_flight_bytes)
+        try:
+            for row in batch.rows:
+                if row.seq > tracker.position + 1:
+                    holes = tracker.settle_holes(row.seq - 1)
+                    self.holes_settled += holes
+                    self.metrics.holes_settled.inc(holes)
+                record = self._record(row)
+                tracker.track(row.seq, record.size)
+                self._sent[row.seq] = _Sent(record.topic, row.occurred_at.timestamp())
+                publisher.send(record, generation)
+        except Exception:
+            # The source's cursor is past the whole batch: move it back to the last seq accounted
+            # for, or the rows after the failing one would never be read again.
+            source.rewind(tracker.position)
+            raise
+        finally:
+            self.metrics.in_flight_events.set(tracker.in_flight_count)
+            self.metrics.in_flight_bytes.set(tracker.in_flight_bytes)
         return True
 
-    def _record(self, row: OutboxRow) -> KafkaRecord | None:
+    def _record(self, row: OutboxRow) -> KafkaRecord:
         """The record for a row (its topic checked once), the dead-letter record, or PoisonEventError."""
         try:
-            topic = self.config.topic_for(row.aggregate_type)
-            limit = self._topic_limit(topic)
-        except ValueError:
-            limit = DEFAULT_MAX_MESSAGE_BYTES
-        try:
+            refused = self._refused.pop(row.seq, None)
+            if refused is not None:
+                raise PoisonEventError(row.seq, f"Kafka refused the record: {refused}")
+            try:
+                topic = self.config.topic_for(row.aggregate_type)
+            except ValueError:
+                limit = self._producer_limit()  # unroutable: build_record says so
+            else:
+                limit = min(self._topic_limit(topic), self._producer_limit())
             return build_record(row, self.config.topic_for, limit)
         except PoisonEventError as exc:
             self.metrics.poison_events.labels(policy=self.config.poison_policy.value).inc()
@@ -276,19 +321,29 @@ class BridgeDaemon:
 
     def _dead_letter(self, row: OutboxRow, reason: str) -> KafkaRecord:
         topic = self.config.dlq_topic_name
-        self._topic_limit(topic)
-        value = row.payload.encode()[: DEFAULT_MAX_MESSAGE_BYTES // 2]
+        limit = min(self._topic_limit(topic), self._producer_limit())
         headers = [
             ("event_id", row.event_id.encode()),
             ("event_type", row.event_type.encode()),
             ("aggregate_type", row.aggregate_type.encode()),
             ("seq", str(row.seq).encode()),
             ("occurred_at", row.occurred_at.isoformat().encode()),
-            ("dlq_reason", reason.encode()),
+            ("dlq_reason", reason.encode()[:4096]),
             ("dlq_bridge", self.config.bridge_name.encode()),
         ]
         key = (row.aggregate_id or f"seq-{row.seq}").encode()[:1024]
-        return KafkaRecord(row.seq, topic, key, value, headers)
+        value = row.payload.encode()
+        record = KafkaRecord(row.seq, topic, key, value, headers)
+        if record.size > limit:
+            # Too large even for the dead-letter topic: keep what fits, and say so.
+            headers.append(("dlq_payload_truncated_from", str(len(value)).encode()))
+            value = value[: max(0, limit - (record.size - len(value)) - 64)]
+            record = KafkaRecord(row.seq, topic, key, value, headers)
+        return record
+
+    def _producer_limit(self) -> int:
+        setting = self.config.producer_extra.get("message.max.bytes")
+        return int(str(setting)) if setting is not None else PRODUCER_MAX_MESSAGE_BYTES
 
     def _topic_limit(self, topic: str) -> int:
         """Check (or create) a topic the first time it is used; return its max.message.bytes."""
@@ -308,6 +363,12 @@ class BridgeDaemon:
             return
         if err is not None:
             self.metrics.publish_errors.labels(kind=err.name()).inc()
+            if err.code() in RECORD_REFUSED:
+                sent = self._sent.get(seq)
+                self._refused[seq] = f"{err.name()}: {err.str()}"
+                if sent is not None:
+                    # The topic's limits may have changed since it was checked: check it again.
+                    self._checked_topics.pop(sent.topic, None)
             return
         sent = self._sent.pop(seq, None)
         if tracker.ack(seq, generation) and sent is not None:
@@ -344,6 +405,7 @@ class BridgeDaemon:
             "unacked": tracker.unacked_count,
             "horizon_holder": holder,
             "holes_settled": self.holes_settled,
+            "rewinds_applied": self.rewinds_applied,
             "last_error": self.last_error,
             "updated_at": datetime.now(UTC).isoformat(),
         }
@@ -355,14 +417,60 @@ class BridgeDaemon:
         self.offsets.persist(lease, tracker.watermark, self.config.lease_timeout_s, status)
         self.metrics.last_persist_timestamp_seconds.set(time.time())
 
+    # -------------------------------------------------------------------------------------- rewind
+
+    def _pick_up_rewind(self, lease: Lease, tracker: AckTracker, source: OutboxSource,
+                        publisher: Publisher) -> Publisher:
+        """Apply the oldest pending rewind request (`outbox-bridge replay --mode rewind`), if any.
+
+        Waits (bounded) for in-flight acks so nothing below the new start is sent again, discards the
+        producer, lowers the persisted watermark under this lease's epoch together with marking the
+        request applied, and continues reading from the request's `from_seq`.
+        """
+        request = self.offsets.pending_rewind()
+        if request is None:
+            return publisher
+        target = request.from_seq - 1
+        if target > tracker.watermark:
+            # Moving forward would skip events; the replay command checks this, but the watermark may
+            # have been lowered by another rewind since.
+            why = f"from_seq {request.from_seq} is above watermark {tracker.watermark} + 1; a rewind never skips"
+            log.error("refusing a rewind request", extra={"request": request.id, "reason": why})
+            self.offsets.refuse_rewind(request, why)
+            return publisher
+        log.info("applying a rewind request", extra={"request": request.id, "from_seq": request.from_seq,
+                                                     "watermark": tracker.watermark,
+                                                     "requested_by": request.requested_by})
+        self._drain(tracker, publisher, min(REWIND_DRAIN_S, self.config.shutdown_timeout_s))
+        publisher.close()
+        resume_at = tracker.watermark  # if the request cannot be applied now, carry on from here
+        try:
+            applied = self.offsets.apply_rewind(lease, request, self.config.lease_timeout_s)
+        except TransientStoreError as exc:
+            self._note_error("database", exc)
+            log.warning("could not apply the rewind request now; retrying at the next persist",
+                        extra={"request": request.id, "error": str(exc)})
+            applied = False
+        else:
+            if not applied:
+                log.warning("rewind request no longer pending; ignored", extra={"request": request.id})
+        if applied:
+            resume_at = target
+            self.rewinds_applied += 1
+            log.info("rewound", extra={"request": request.id, "watermark": target})
+        publisher = self._restart_from(resume_at, tracker, source)
+        self.metrics.watermark_seq.set(tracker.watermark)
+        return publisher
+
     # ------------------------------------------------------------------------------------ stopping
 
-    def _drain(self, tracker: AckTracker, publisher: Publisher) -> None:
-        deadline = time.monotonic() + self.config.shutdown_timeout_s
+    def _drain(self, tracker: AckTracker, publisher: Publisher, timeout: float | None = None) -> None:
+        deadline = time.monotonic() + (self.config.shutdown_timeout_s if timeout is None else timeout)
         while tracker.unacked_count and time.monotonic() < deadline and publisher.failure is None:
             publisher.poll(0.05)
 
-    def _shutdown(self, lease: Lease, tracker: AckTracker, publisher: Publisher, source: OutboxSource) -> int:
+    def _shutdown(self, lease: Lease, tracker: AckTracker, publisher: Publisher, source: OutboxSource,
+                  code: int, halted_at: PoisonEventError | None = None) -> int:
         """Stop reading, wait (bounded) for in-flight acks, persist the watermark, give up the lease."""
         log.info("stopping: waiting for in-flight deliveries",
                  extra={"unacked": tracker.unacked_count, "timeout_s": self.config.shutdown_timeout_s})
@@ -372,24 +480,22 @@ class BridgeDaemon:
                         extra={"unacked": tracker.unacked_count, "watermark": tracker.watermark})
         publisher.close()
         try:
-            self._persist(lease, tracker, source)
+            status = self._status(tracker, source)
+            if halted_at is not None:
+                status["halted_at_seq"] = halted_at.seq
+            self.offsets.persist(lease, tracker.watermark, self.config.lease_timeout_s, status)
             self.offsets.release(lease)
         finally:
             source.close()
             self._set_leader(False)
-        log.info("stopped", extra={"watermark": tracker.watermark})
-        return EXIT_OK
+        log.info("stopped", extra={"watermark": tracker.watermark, "exit_code": code})
+        return code
 
-    def _halt(self, exc: PoisonEventError, tracker: AckTracker, publisher: Publisher, lease: Lease) -> int:
+    def _halt(self, exc: PoisonEventError, lease: Lease, tracker: AckTracker, publisher: Publisher,
+              source: OutboxSource) -> int:
         """Poison policy `halt`: publish everything before the bad row, persist, and stop naming it."""
         self.halted = exc
         self.last_error = str(exc)
         log.error("halting on a poison event; fix or remove the row, or run with BRIDGE_POISON_POLICY=dead-letter",
                   extra={"seq": exc.seq, "reason": exc.reason})
-        self._drain(tracker, publisher)
-        publisher.close()
-        status = {"instance": self.instance_id, "watermark": tracker.watermark, "halted_at_seq": exc.seq,
-                  "last_error": str(exc), "updated_at": datetime.now(UTC).isoformat()}
-        self.offsets.persist(lease, tracker.watermark, self.config.lease_timeout_s, status)
-        self.offsets.release(lease)
-        return EXIT_POISON
+        return self._shutdown(lease, tracker, publisher, source, EXIT_POISON, halted_at=exc)

@@ -84,8 +84,12 @@ class KafkaPublisher:
                 # The local queue is full: serve delivery reports until there is room.
                 self._producer.poll(0.05)
             except KafkaException as exc:
+                # Refused before it was queued (too large for message.max.bytes, unknown topic, ...):
+                # report it like a failed delivery, so every record gets exactly one report.
                 err = exc.args[0]
-                self.failure = DeliveryFailure(seq, err.code(), err.str(), fatal=err.fatal())
+                if self.failure is None:
+                    self.failure = DeliveryFailure(seq, err.code(), err.str(), fatal=err.fatal())
+                self._on_delivery(seq, generation, err)
                 return
 
     def poll(self, timeout: float) -> int:

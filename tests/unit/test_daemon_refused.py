@@ -1,0 +1,144 @@
+"""A record Kafka refuses for good (MSG_SIZE_TOO_LARGE after the topic check passed) is handled by the
+poison policy after one rewind, instead of being rebuilt and re-sent forever: `halt` stops just before
+it and names it, `dead-letter` routes it and goes on. The daemon runs on a SQLite outbox with an
+in-memory publisher and topic guard."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError
+from sqlalchemy import create_engine, text
+
+from bridge.config import BridgeConfig, load_config
+from bridge.daemon import EXIT_OK, EXIT_POISON, BridgeDaemon
+from bridge.migrate import upgrade
+from bridge.offsets import OffsetStore
+from bridge.publisher import DeliveryFailure
+from bridge.records import KafkaRecord
+from bridge.source import make_engine
+from bridge.topics import TopicReport
+
+REFUSED_SEQ = 7
+
+
+class RefusingPublisher:
+    """Acknowledges every record on the next poll, except REFUSED_SEQ on its own topic."""
+
+    def __init__(self, sent: list[KafkaRecord], dlq_topic: str,
+                 on_delivery: Callable[[int, int, KafkaError | None], None]) -> None:
+        self.failure: Any = None
+        self._sent = sent
+        self._dlq = dlq_topic
+        self._on_delivery = on_delivery
+        self._queued: list[tuple[int, int, KafkaError | None]] = []
+
+    def send(self, record: KafkaRecord, generation: int) -> None:
+        refused = record.seq == REFUSED_SEQ and record.topic != self._dlq
+        err = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large") if refused else None
+        if err is None:
+            self._sent.append(record)
+        self._queued.append((record.seq, generation, err))
+
+    def poll(self, timeout: float) -> int:
+        queued, self._queued = self._queued, []
+        if not queued:
+            time.sleep(min(timeout, 0.01))
+        for seq, generation, err in queued:
+            if err is not None and self.failure is None:
+                self.failure = DeliveryFailure(seq, err.code(), err.str(), fatal=False)
+            self._on_delivery(seq, generation, err)
+        return len(queued)
+
+    def flush(self, timeout: float) -> int:
+        self.poll(0)
+        return 0
+
+    def close(self) -> None:
+        self._queued.clear()
+
+
+class AcceptingGuard:
+    def ensure(self, topic: str, allow_create: bool) -> TopicReport:
+        return TopicReport(topic, exists=True, max_message_bytes=1_048_588)
+
+
+def _config(url: str, policy: str) -> BridgeConfig:
+    return load_config(flags={"db_url": url, "bridge_name": "unit", "topic_template": "u.{aggregate_type}",
+                              "allow_single_broker": True, "replication_factor": 1, "metrics_port": 0,
+                              "persist_interval_s": 0.05, "poison_policy": policy}, env={})
+
+
+def _run(tmp_path: Path, policy: str) -> tuple[BridgeDaemon, list[list[KafkaRecord]], int, int]:
+    url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    upgrade(url)
+    _insert(url, 12)
+    config = _config(url, policy)
+    by_producer: list[list[KafkaRecord]] = []
+
+    def new_publisher(_settings: dict[str, Any], on_delivery: Any) -> RefusingPublisher:
+        by_producer.append([])
+        return RefusingPublisher(by_producer[-1], config.dlq_topic_name, on_delivery)
+
+    daemon = BridgeDaemon(
+        config,
+        publisher_factory=new_publisher,
+        topic_guard=AcceptingGuard(),  # type: ignore[arg-type]
+        instance_id="unit",
+    )
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(daemon.run()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while thread.is_alive() and time.monotonic() < deadline:
+        tracker = daemon._tracker
+        if policy == "dead-letter" and tracker is not None and tracker.watermark == 12:
+            daemon.stop()
+        time.sleep(0.02)
+    thread.join(10)
+    assert not thread.is_alive() and result, "the daemon did not stop"
+    engine = make_engine(url)
+    stored = OffsetStore(engine, config.bridge_name).read()
+    engine.dispose()
+    assert stored is not None
+    return daemon, by_producer, result[0], stored.watermark
+
+
+def _insert(url: str, count: int) -> None:
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO domain_events (event_id, aggregate_type, aggregate_id, event_type, payload) "
+                 "VALUES (:e, 'order', :a, 'Placed', '{}')"),
+            [{"e": f"e-{i}", "a": f"a-{i % 3}"} for i in range(1, count + 1)],
+        )
+    engine.dispose()
+
+
+def test_halt_stops_just_before_a_record_kafka_refuses_and_names_it(tmp_path: Path) -> None:
+    daemon, by_producer, code, watermark = _run(tmp_path, "halt")
+    assert code == EXIT_POISON
+    assert watermark == REFUSED_SEQ - 1
+    assert daemon.halted is not None and daemon.halted.seq == REFUSED_SEQ
+    assert f"seq={REFUSED_SEQ}" in (daemon.last_error or "") and "MSG_SIZE_TOO_LARGE" in (daemon.last_error or "")
+    # One rewind to the watermark, then the policy: the second producer never gets the refused seq.
+    assert len(by_producer) == 2
+    resent = [record.seq for record in by_producer[1]]
+    assert resent == list(range(resent[0] if resent else REFUSED_SEQ, REFUSED_SEQ))
+
+
+def test_dead_letter_routes_a_record_kafka_refuses_and_goes_on(tmp_path: Path) -> None:
+    daemon, by_producer, code, watermark = _run(tmp_path, "dead-letter")
+    assert code == EXIT_OK and watermark == 12
+    assert len(by_producer) == 2
+    sent = by_producer[1]
+    dead = [record for record in sent if record.topic == daemon.config.dlq_topic_name]
+    assert [record.seq for record in dead] == [REFUSED_SEQ]
+    assert b"MSG_SIZE_TOO_LARGE" in dict(dead[0].headers)["dlq_reason"]
+    published = {record.seq for producer in by_producer for record in producer if record.topic == "u.order"}
+    assert published == set(range(1, 13)) - {REFUSED_SEQ}
+
