@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -14,6 +21,8 @@ from sqlalchemy import create_engine, text
 
 from bridge.config import BridgeConfig, load_config
 from bridge.daemon import BridgeDaemon
+from bridge.offsets import OffsetRow, OffsetStore
+from bridge.source import make_engine
 
 
 def bridge_config(db_url: str, bootstrap: str, **overrides: Any) -> BridgeConfig:
@@ -110,3 +119,114 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60) -> list[Any]:
             done[msg.partition()] = True
     consumer.close()
     return out
+
+
+# ------------------------------------------------------------------------------ the daemon as a process
+
+BRIDGE_SCRIPT = Path(sys.executable).with_name("outbox-bridge")
+
+
+def bridge_env(db_url: str, bootstrap: str, bridge_name: str, topic_template: str, **settings: Any) -> dict[str, str]:
+    """Environment for `outbox-bridge run` on a development cluster: the inherited environment without
+    any OUTBOX_/BRIDGE_/KAFKA_ setting, then these; `settings` are BRIDGE_* names without the prefix."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "BRIDGE_", "KAFKA_"))}
+    env.update({
+        "OUTBOX_DB_URL": db_url,
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "BRIDGE_NAME": bridge_name,
+        "BRIDGE_TOPIC_TEMPLATE": topic_template,
+        "BRIDGE_ALLOW_SINGLE_BROKER": "true",
+        "BRIDGE_REPLICATION_FACTOR": "1",
+        "BRIDGE_METRICS_PORT": "0",
+    })
+    env.update({f"BRIDGE_{name.upper()}": str(value) for name, value in settings.items()})
+    return env
+
+
+@dataclass
+class BridgeProcess:
+    """One `outbox-bridge run` subprocess, its JSON-lines log in a file."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def kill(self) -> None:
+        """kill -9, and reap it."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        lines = []
+        for raw in self.log_path.read_text(errors="replace").splitlines():
+            try:
+                lines.append(json.loads(raw))
+            except ValueError:
+                lines.append({"msg": raw})
+        return lines
+
+    def logged(self, message: str) -> bool:
+        return any(line.get("msg") == message for line in self.log_lines())
+
+    def stop_if_running(self) -> None:
+        if self.alive():
+            self.kill()
+
+
+def spawn_bridge(env: dict[str, str], log_path: Path) -> BridgeProcess:
+    """Start `outbox-bridge run` with env, logging to log_path (appended)."""
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen([str(BRIDGE_SCRIPT), "run"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    return BridgeProcess(proc, log_path)
+
+
+def read_offsets(db_url: str, bridge_name: str) -> OffsetRow | None:
+    """The bridge's row in bridge_offsets, as a new reader sees it."""
+    engine = make_engine(db_url)
+    try:
+        return OffsetStore(engine, bridge_name).read()
+    finally:
+        engine.dispose()
+
+
+def persisted_watermark(db_url: str, bridge_name: str) -> int:
+    row = read_offsets(db_url, bridge_name)
+    return row.watermark if row else 0
+
+
+def record_seq(message: Any) -> int:
+    return int(dict(message.headers())["seq"])
+
+
+def seq_counts(records: list[Any]) -> Counter[int]:
+    """How many times each seq is in the records."""
+    return Counter(record_seq(m) for m in records)
+
+
+def committed_seqs(db_url: str) -> list[int]:
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        seqs = [int(r[0]) for r in conn.execute(text("SELECT seq FROM domain_events ORDER BY seq"))]
+    engine.dispose()
+    return seqs
+
+
+def keys_in_seq_order(records: list[Any]) -> dict[bytes, list[int]]:
+    """Per key, the seqs in the order a consumer of each partition reads them."""
+    by_key: dict[bytes, list[int]] = {}
+    for m in sorted(records, key=lambda m: (m.partition(), m.offset())):
+        by_key.setdefault(m.key(), []).append(record_seq(m))
+    return by_key
