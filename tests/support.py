@@ -230,3 +230,27 @@ def keys_in_seq_order(records: list[Any]) -> dict[bytes, list[int]]:
     for m in sorted(records, key=lambda m: (m.partition(), m.offset())):
         by_key.setdefault(m.key(), []).append(record_seq(m))
     return by_key
+
+
+def consume_all(bootstrap: str, topic: str, timeout: float = 120) -> list[Any]:
+    """Every record in a topic, read in batches: `read_topic` for hundreds of thousands of records."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        partitions = list(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        out: list[Any] = []
+        position = dict.fromkeys(partitions, 0)
+        deadline = time.monotonic() + timeout
+        while any(position[p] < ends[p] for p in partitions):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"reading {topic} timed out at {position} of {ends}")
+            for msg in consumer.consume(num_messages=10_000, timeout=0.5):
+                if msg.error() is not None:
+                    continue
+                out.append(msg)
+                position[msg.partition()] = msg.offset() + 1
+        return out
+    finally:
+        consumer.close()
