@@ -49,5 +49,5 @@ def test_durations(text: str, seconds: int) -> None:
 
 @pytest.mark.parametrize("text", ["7", "d7", "1.5h", "-1d", "7 days"])
 def test_bad_durations_are_refused_with_examples(text: str) -> None:
-    with pytest.raises(RefusedError, match="e.g. 90m, 12h, 7d"):
+    with pytest.raises(RefusedError, match=r"e\.g\. 90m, 12h, 7d"):
         parse_duration(text)
