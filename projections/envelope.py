@@ -1,0 +1,168 @@
+"""From Kafka records to events: the envelope from the key and headers, the payload parsed per event type.
+
+`decode` keeps every record and says, per record, whether the projection handles it (`_relevant`) and
+what is wrong with it (`_error`, null when nothing is). The batch applier sends relevant records with an
+error to quarantine and the rest of the relevant ones to the projection's kind.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from projections.declaration import DEFAULT_KEY, Projection, ResolvedPayload
+
+STANDARD_HEADERS: Final = ("event_id", "event_type", "aggregate_type", "seq", "occurred_at")
+ERROR: Final = "_error"
+RELEVANT: Final = "_relevant"
+_CORRUPT: Final = "_corrupt_record"
+
+# Envelope columns in the order `decode` gives them; payload fields follow, then `_relevant` and `_error`.
+ENVELOPE: Final = (
+    "topic",
+    "partition",
+    "offset",
+    "kafka_timestamp",
+    "aggregate_id",
+    "event_id",
+    "event_type",
+    "aggregate_type",
+    "seq",
+    "seq_text",
+    "occurred_at",
+    "occurred_at_text",
+    "headers",
+    "payload",
+    "value",
+)
+
+
+def _header(name: str) -> Column:
+    # The last occurrence wins, as with most Kafka clients; an absent header gives null.
+    return F.expr(f"try_element_at(filter(headers, h -> h.key = '{name}'), -1).value").cast("string")
+
+
+def _envelope(raw: DataFrame) -> DataFrame:
+    standard = ", ".join(f"'{h}'" for h in STANDARD_HEADERS)
+    return (
+        raw.select(
+            F.col("topic"),
+            F.col("partition"),
+            F.col("offset"),
+            F.col("timestamp").alias("kafka_timestamp"),
+            F.col("key").cast("string").alias("aggregate_id"),
+            _header("event_id").alias("event_id"),
+            _header("event_type").alias("event_type"),
+            _header("aggregate_type").alias("aggregate_type"),
+            _header("seq").alias("seq_text"),
+            _header("occurred_at").alias("occurred_at_text"),
+            F.expr(
+                f"transform(filter(coalesce(headers, array()), h -> h.key NOT IN ({standard})), "
+                "h -> named_struct('key', h.key, 'value', CAST(h.value AS STRING)))"
+            ).alias("headers"),
+            F.col("value").cast("string").alias("payload"),
+            F.col("value"),
+        )
+        .withColumns(
+            {
+                "seq": F.expr("try_cast(seq_text AS BIGINT)"),
+                "occurred_at": F.expr("try_to_timestamp(occurred_at_text)"),
+            }
+        )
+        .select(*ENVELOPE)
+    )
+
+
+def decode(raw: DataFrame, projection: Projection, payload: ResolvedPayload) -> DataFrame:
+    """Kafka rows (with headers) to one row per record: envelope, payload fields, `_relevant`, `_error`."""
+    frame = _envelope(raw)
+    types = list(payload.by_event_type)
+    # One parsed struct per event type, non-null only on rows of that type.
+    parsed = {t: f"_p{i}" for i, t in enumerate(types)}
+    options = {"columnNameOfCorruptRecord": _CORRUPT, "mode": "PERMISSIVE"}
+    frame = frame.withColumns(
+        {
+            parsed[t]: F.when(
+                F.col("event_type") == t,
+                F.from_json(
+                    "payload",
+                    StructType([*payload.by_event_type[t].fields, StructField(_CORRUPT, StringType())]),
+                    options,
+                ),
+            )
+            for t in types
+        }
+    )
+    fields = {}
+    for column in payload.columns.fields:
+        sources = [F.col(f"{parsed[t]}.{column.name}") for t in types if column.name in payload.fields_of(t)]
+        fields[column.name] = (F.coalesce(*sources) if len(sources) > 1 else sources[0]).cast(column.dataType)
+    frame = frame.withColumns(fields)
+
+    if projection.handles_every_type:
+        relevant = F.lit(True)
+    else:
+        relevant = F.col("event_type").isNull() | F.col("event_type").isin(types)
+    frame = frame.withColumn(RELEVANT, relevant)
+    frame = frame.withColumn(ERROR, _error(projection, payload, parsed))
+    return frame.drop(*parsed.values())
+
+
+def _error(projection: Projection, payload: ResolvedPayload, parsed: dict[str, str]) -> Column:
+    """The first thing wrong with a record, in the order an operator would fix them; null when nothing is."""
+    checks: list[tuple[Column, Column]] = [
+        (F.col("event_id").isNull() | (F.col("event_id") == ""), F.lit("missing header event_id")),
+        (F.col("event_type").isNull() | (F.col("event_type") == ""), F.lit("missing header event_type")),
+        (F.col("seq_text").isNull(), F.lit("missing header seq")),
+        (
+            F.col("seq").isNull(),
+            F.concat(F.lit("header seq is not a decimal integer: "), F.col("seq_text")),
+        ),
+        (F.col("occurred_at_text").isNull(), F.lit("missing header occurred_at")),
+        (
+            F.col("occurred_at").isNull(),
+            F.concat(F.lit("header occurred_at is not an ISO 8601 time: "), F.col("occurred_at_text")),
+        ),
+        (F.col("aggregate_id").isNull(), F.lit("record has no key (the aggregate_id)")),
+    ]
+    for event_type, column in parsed.items():
+        of_type = F.col("event_type") == event_type
+        ddl = payload.by_event_type[event_type].simpleString()
+        checks += [
+            (of_type & F.col("payload").isNull(), F.lit(f"record of {event_type} has no value (payload)")),
+            (
+                of_type & F.col(f"{column}.{_CORRUPT}").isNotNull() & F.json_object_keys("payload").isNull(),
+                F.lit(f"payload of {event_type} is not a JSON object"),
+            ),
+            (
+                of_type & F.col(f"{column}.{_CORRUPT}").isNotNull(),
+                F.lit(f"payload of {event_type} does not fit its schema {ddl}"),
+            ),
+        ]
+        required = payload.required_fields(event_type)
+        if required:
+            missing = [F.when(F.col(f"{column}.{name}").isNull(), F.lit(name)) for name in required]
+            checks.append(
+                (
+                    of_type & F.concat_ws("", *missing).isNotNull() & (F.concat_ws("", *missing) != ""),
+                    F.concat(
+                        F.lit(f"payload of {event_type} lacks required field(s): "),
+                        F.concat_ws(", ", *missing),
+                    ),
+                )
+            )
+    if projection.key != DEFAULT_KEY:
+        checks.append(
+            (
+                F.col(projection.key).isNull(),
+                F.lit(f"payload has no value for the key field {projection.key}"),
+            )
+        )
+    condition, message = checks[0]
+    error = F.when(condition, message)
+    for condition, message in checks[1:]:
+        error = error.when(condition, message)
+    return error

@@ -1,0 +1,53 @@
+"""`event_log`: every event once, deduplicated by `event_id`: envelope, payload columns, raw payload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType, TimestampType
+
+from projections.declaration import DEFAULT_KEY, Projection, ResolvedPayload
+from projections.kinds.base import Batch, Kind
+
+HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", StringType())]))
+
+
+def envelope_fields() -> list[StructField]:
+    return [
+        StructField("event_id", StringType(), False),
+        StructField("seq", LongType(), False),
+        StructField("event_type", StringType(), False),
+        StructField("aggregate_type", StringType(), True),
+        StructField("aggregate_id", StringType(), False),
+        StructField("occurred_at", TimestampType(), False),
+    ]
+
+
+@dataclass(frozen=True)
+class EventLog(Kind):
+    """Append-only log of distinct events: MERGE on event_id, insert when not matched."""
+
+    name = "event_log"
+
+    def table_schema(self, projection: Projection, payload: ResolvedPayload) -> StructType:
+        fields = [f for f in payload.columns.fields if f.name != DEFAULT_KEY]
+        return StructType(
+            [
+                *envelope_fields(),
+                *fields,
+                StructField("payload", StringType(), True),
+                StructField("headers", HEADERS_TYPE, True),
+            ]
+        )
+
+    def apply(self, batch: Batch) -> None:
+        from delta.tables import DeltaTable
+
+        schema = self.table_schema(batch.projection, batch.payload)
+        source = batch.events.dropDuplicates(["event_id"]).select(*schema.fieldNames())
+        low, high = batch.seq_range
+        # A replayed event keeps its seq, so the seq range lets Delta skip older events' files by their stats.
+        condition = f"t.seq BETWEEN {low} AND {high} AND t.event_id = s.event_id"
+        merge = DeltaTable.forPath(batch.session, batch.table).alias("t").merge(source.alias("s"), condition)
+        with batch.txn.applied_once(batch.session):
+            merge.whenNotMatchedInsertAll().execute()

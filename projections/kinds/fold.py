@@ -1,0 +1,189 @@
+"""`fold`: a user function folds each key's events, in seq order, into a state stored one row per key.
+
+Each event is applied exactly once: events at or below the key's stored `seq` (the last one applied) are
+skipped, duplicates inside a batch are dropped, and the rest are applied in seq order. The function gets
+the current state (None before the first event or after a deletion) and an `Event`, and returns the new
+state as a dict of the declared state fields, or None to delete the row (a tombstone keeps its seq).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from pyspark.sql import DataFrame, Row
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
+
+from projections.declaration import (
+    DEFAULT_KEY,
+    RESERVED_COLUMNS,
+    PayloadSchema,
+    Projection,
+    ResolvedPayload,
+    as_struct,
+)
+from projections.errors import DeclarationError, FoldError
+from projections.kinds.base import Batch, Kind, key_field
+
+State = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event as a fold function sees it; `payload` holds the fields its event type declares."""
+
+    event_id: str
+    event_type: str
+    aggregate_type: str | None
+    aggregate_id: str
+    key: Any
+    seq: int
+    occurred_at: datetime
+    payload: Mapping[str, Any]
+
+
+FoldFunction = Callable[[State | None, Event], State | None]
+
+
+@dataclass(frozen=True)
+class Fold(Kind):
+    """Folds events into a state per key with `function`; `state` declares the state's columns."""
+
+    name = "fold"
+    function: FoldFunction
+    state: PayloadSchema
+    tombstone_retention: timedelta = timedelta(days=7)
+
+    def validate(self, projection: Projection) -> None:
+        if not callable(self.function):
+            raise DeclarationError(f"projection {projection.name} (fold): function must be callable")
+
+    def state_schema(self, projection: Projection) -> StructType:
+        schema = as_struct(self.state, f"projection {projection.name} (fold): state schema")
+        clashes = [n for n in schema.fieldNames() if n in RESERVED_COLUMNS or n == projection.key]
+        if clashes:
+            raise DeclarationError(
+                f"projection {projection.name} (fold): state fields {clashes} collide with the key or with "
+                "columns the framework adds"
+            )
+        return schema
+
+    def table_schema(self, projection: Projection, payload: ResolvedPayload) -> StructType:
+        extra = [StructField("aggregate_id", StringType(), True)] if projection.key != DEFAULT_KEY else []
+        state = [StructField(f.name, f.dataType, True) for f in self.state_schema(projection).fields]
+        return StructType(
+            [
+                key_field(projection, payload),
+                *state,
+                *extra,
+                StructField("event_id", StringType(), False),
+                StructField("event_type", StringType(), False),
+                StructField("seq", LongType(), False),
+                StructField("occurred_at", TimestampType(), False),
+                StructField("is_deleted", BooleanType(), False),
+            ]
+        )
+
+    def apply(self, batch: Batch) -> None:
+        from delta.tables import DeltaTable
+
+        projection, key = batch.projection, batch.projection.key
+        schema = self.table_schema(projection, batch.payload)
+        state_names = self.state_schema(projection).fieldNames()
+        stored = (
+            batch.session.read.format("delta")
+            .load(batch.table)
+            .select(
+                F.col(key),
+                F.col("seq").alias("_applied_seq"),
+                F.col("is_deleted").alias("_deleted"),
+                F.struct(*[F.col(n) for n in state_names]).alias("_state"),
+            )
+        )
+        pending = (
+            batch.events.dropDuplicates([key, "seq"])
+            .join(stored, key, "left")
+            .where(F.col("seq") > F.coalesce(F.col("_applied_seq"), F.lit(-1)))
+        )
+        folder = _KeyFolder(
+            function=self.function,
+            key=key,
+            fields_by_type={t: batch.payload.fields_of(t) for t in batch.payload.by_event_type},
+            state_names=tuple(state_names),
+            columns=tuple(schema.fieldNames()),
+        )
+        rows = pending.rdd.map(lambda row: (row[key], row)).groupByKey().map(folder)
+        folded: DataFrame = batch.session.createDataFrame(rows, schema)
+        merge = (
+            DeltaTable.forPath(batch.session, batch.table)
+            .alias("t")
+            .merge(folded.alias("s"), f"t.`{key}` = s.`{key}`")
+            .whenMatchedUpdateAll(condition="s.seq > t.seq")
+            .whenNotMatchedInsertAll()
+        )
+        with batch.txn.applied_once(batch.session):
+            merge.execute()
+
+    def live_rows(self, table: DataFrame) -> DataFrame:
+        return table.where(~F.col("is_deleted"))
+
+    def purge_condition(self) -> str | None:
+        seconds = int(self.tombstone_retention.total_seconds())
+        return f"is_deleted AND occurred_at < current_timestamp() - INTERVAL {seconds} SECONDS"
+
+
+@dataclass(frozen=True)
+class _KeyFolder:
+    """Runs on executors: folds one key's pending events onto its stored state and returns the new row."""
+
+    function: FoldFunction
+    key: str
+    fields_by_type: Mapping[str, tuple[str, ...]]
+    state_names: tuple[str, ...]
+    columns: tuple[str, ...]
+
+    def __call__(self, item: tuple[Any, Iterable[Row]]) -> tuple[Any, ...]:
+        key, rows = item
+        ordered = sorted(rows, key=lambda r: int(r["seq"]))
+        first = ordered[0]
+        state: State | None = None
+        if first["_state"] is not None and first["_applied_seq"] is not None and not first["_deleted"]:
+            state = first["_state"].asDict(recursive=True)
+        for row in ordered:
+            fields = self.fields_by_type.get(row["event_type"], ())
+            event = Event(
+                event_id=row["event_id"],
+                event_type=row["event_type"],
+                aggregate_type=row["aggregate_type"],
+                aggregate_id=row["aggregate_id"],
+                key=key,
+                seq=int(row["seq"]),
+                occurred_at=row["occurred_at"],
+                payload={name: row[name] for name in fields},
+            )
+            state = self.function(None if state is None else dict(state), event)
+            if state is not None:
+                unknown = sorted(set(state) - set(self.state_names))
+                if unknown:
+                    raise FoldError(
+                        f"fold function returned fields {unknown} for key {key!r} at seq {event.seq}; "
+                        "the declared "
+                        f"state has {list(self.state_names)}"
+                    )
+        last = ordered[-1]
+        values: dict[str, Any] = {name: (state or {}).get(name) for name in self.state_names}
+        values.update(
+            {
+                self.key: key,
+                "aggregate_id": last["aggregate_id"],
+                "event_id": last["event_id"],
+                "event_type": last["event_type"],
+                "seq": int(last["seq"]),
+                "occurred_at": last["occurred_at"],
+                "is_deleted": state is None,
+            }
+        )
+        return tuple(values[name] for name in self.columns)

@@ -1,0 +1,129 @@
+"""Running a projection: create its tables, read its topics with headers, apply micro-batches, checkpoint.
+
+The Kafka source starts at `starting_offsets` only for a new checkpoint; afterwards the checkpoint says
+where to resume. `failOnDataLoss` stays on unless the settings turn it off: offsets that vanished before
+being read (retention, a deleted topic) stop the projection instead of silently leaving events out.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from projections.applier import BatchApplier
+from projections.declaration import Projection, ResolvedPayload
+from projections.errors import ProjectionError
+from projections.kinds.base import ensure_table
+from projections.lake import Lake
+from projections.quarantine import SCHEMA as QUARANTINE_SCHEMA
+from projections.settings import Settings
+from projections.txn import checkpoint_app_id
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from projections.metrics import ProjectionMetrics
+
+log = logging.getLogger(__name__)
+
+
+def prepare(spark: SparkSession, projection: Projection, lake: Lake) -> ResolvedPayload:
+    """Resolve the payload schemas and create the projection's tables and quarantine if they do not exist."""
+    payload = projection.resolve()
+    for path, schema in projection.kind.tables(projection, payload, lake).items():
+        ensure_table(spark, path, schema, f"projection {projection.name} ({projection.kind.name})")
+    ensure_table(
+        spark, lake.quarantine(projection.name), QUARANTINE_SCHEMA, f"quarantine of {projection.name}"
+    )
+    return payload
+
+
+def start(
+    spark: SparkSession,
+    projection: Projection,
+    settings: Settings,
+    metrics: ProjectionMetrics | None = None,
+) -> StreamingQuery:
+    """Start the projection's streaming query and return it (runs until stopped, or drains: available_now)."""
+    lake = Lake(settings.lake)
+    payload = prepare(spark, projection, lake)
+    checkpoint = lake.checkpoint(projection.name)
+    app_id = checkpoint_app_id(checkpoint, projection.name, spark)
+    applier = BatchApplier(projection, payload, lake, app_id, metrics)
+    subscription, topics = projection.source_option(settings.topic_template)
+
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.bootstrap_servers)
+        .option(subscription, topics)
+        .option("startingOffsets", settings.starting_offsets)
+        .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
+        .option("includeHeaders", "true")
+        .options(**settings.kafka)
+        .options(**projection.options)
+    )
+    if settings.max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+    writer = (
+        reader.load()
+        .writeStream.queryName(projection.name)
+        .option("checkpointLocation", checkpoint)
+        .foreachBatch(applier)
+    )
+    if settings.available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{settings.trigger_interval_s} seconds")
+    if metrics is not None:
+        metrics.register(projection.name)
+    query = writer.start()
+    log.info(
+        "projection started",
+        extra={
+            "projection": projection.name,
+            "kind": projection.kind.name,
+            "source": {subscription: topics},
+            "table": lake.table(projection.name),
+            "checkpoint": checkpoint,
+            "txn_app_id": app_id,
+            "query_id": str(query.id),
+            "available_now": settings.available_now,
+        },
+    )
+    return query
+
+
+def run(
+    spark: SparkSession,
+    projection: Projection,
+    settings: Settings,
+    metrics: ProjectionMetrics | None = None,
+) -> None:
+    """Run the projection until it drains (available_now), is stopped by SIGTERM/SIGINT, or fails."""
+    query = start(spark, projection, settings, metrics)
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        log.info("stopping projection", extra={"projection": projection.name, "signal": signum})
+        stopping.set()
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        # Poll rather than block in the JVM, so the signal handler gets to run.
+        while query.isActive and not stopping.is_set():
+            query.awaitTermination(1)
+        if stopping.is_set():
+            query.stop()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    error = query.exception()
+    if error is not None:
+        raise ProjectionError(
+            f"projection {projection.name} stopped on an error (restart resumes from its checkpoint): {error}"
+        )
+    log.info("projection stopped", extra={"projection": projection.name})
