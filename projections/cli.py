@@ -1,0 +1,378 @@
+"""`outbox-projections`: list, run, replay, status and maintain the declared projections.
+
+Settings come from flags, then environment variables, then a TOML file (`--config` or
+PROJECTIONS_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration,
+3 unknown projection, 5 refused (nothing changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+from bridge.errors import ConfigurationError, OutboxError
+from projections.errors import UnknownProjectionError
+
+log = logging.getLogger("projections.cli")
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_UNKNOWN = 3
+EXIT_REFUSED = 5
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="TOML settings file (also PROJECTIONS_CONFIG_FILE)")
+    parser.add_argument(
+        "--lake", help="lake root; tables at <lake>/<name> (PROJECTIONS_LAKE_PATH, .run/lake)"
+    )
+    parser.add_argument(
+        "--module",
+        dest="modules",
+        action="append",
+        metavar="MODULE",
+        help="import projection declarations (PROJECTIONS) from MODULE; repeatable "
+        "(PROJECTIONS_MODULES, comma-separated)",
+    )
+    parser.add_argument("--plain-logs", action="store_true", help="plain text logs instead of JSON lines")
+
+
+def _run_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="projection name (see `outbox-projections list`)")
+    parser.add_argument(
+        "--bootstrap-servers",
+        dest="bootstrap_servers",
+        help="Kafka bootstrap servers (KAFKA_BOOTSTRAP_SERVERS)",
+    )
+    parser.add_argument(
+        "--topic-template",
+        dest="topic_template",
+        help="topic per aggregate type, e.g. outbox.event.{aggregate_type} (BRIDGE_TOPIC_TEMPLATE)",
+    )
+    parser.add_argument(
+        "--available-now",
+        dest="available_now",
+        action="store_true",
+        default=None,
+        help="process everything available now, then stop",
+    )
+    parser.add_argument(
+        "--trigger-interval",
+        dest="trigger_interval_s",
+        type=float,
+        metavar="S",
+        help="seconds between micro-batches when running continuously (default 10)",
+    )
+    parser.add_argument(
+        "--max-offsets-per-trigger",
+        dest="max_offsets_per_trigger",
+        type=int,
+        metavar="N",
+        help="at most N Kafka records per micro-batch (default: no limit)",
+    )
+    parser.add_argument(
+        "--starting-offsets",
+        dest="starting_offsets",
+        metavar="earliest|latest",
+        help="where a new checkpoint starts (default earliest); an existing one resumes",
+    )
+    parser.add_argument(
+        "--no-fail-on-data-loss",
+        dest="fail_on_data_loss",
+        action="store_false",
+        default=None,
+        help="keep going when offsets vanished before being read (default: stop)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        dest="metrics_port",
+        type=int,
+        help="Prometheus port on the driver, 0 disables (PROJECTIONS_METRICS_PORT, 9465)",
+    )
+    parser.add_argument("--metrics-host", dest="metrics_host", help="Prometheus listen address (127.0.0.1)")
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from projections.settings import load_settings
+
+    names = (
+        "lake",
+        "bootstrap_servers",
+        "topic_template",
+        "available_now",
+        "trigger_interval_s",
+        "max_offsets_per_trigger",
+        "starting_offsets",
+        "fail_on_data_loss",
+        "metrics_port",
+        "metrics_host",
+    )
+    flags: dict[str, Any] = {k: getattr(args, k, None) for k in names}
+    if args.modules:
+        flags["modules"] = ",".join(args.modules)
+    return load_settings(flags=flags, toml_path=args.config)
+
+
+def _catalog(settings: Any) -> Any:
+    from projections.catalog import load_catalog
+
+    return load_catalog(settings.modules)
+
+
+def _session(app_name: str) -> Any:
+    from projections.session import build_session
+
+    return build_session(app_name=app_name)
+
+
+# ------------------------------------------------------------------------------------------- commands
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    catalog = _catalog(settings)
+    rows = []
+    for name in catalog.names():
+        projection = catalog.get(name)
+        option, topics = projection.source_option(settings.topic_template)
+        rows.append(
+            {
+                "name": name,
+                "kind": projection.kind.name,
+                "key": projection.key,
+                option: topics,
+                "event_types": sorted(projection.event_types) or ["*"],
+                "module": catalog.origins[name],
+                "description": projection.description,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        source = row.get("subscribe") or row.get("subscribePattern")
+        print(f"{row['name']:<28} {row['kind']:<16} {source:<32} {', '.join(row['event_types'])}")
+        if row["description"]:
+            print(f"{'':<28} {row['description']}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, replay: bool = False) -> int:
+    from prometheus_client import start_http_server
+
+    from projections import runner
+    from projections.lake import Lake, delete_path
+    from projections.metrics import ProgressListener, ProjectionMetrics
+
+    settings = _settings(args)
+    projection = _catalog(settings).get(args.name)
+    projection.source_option(settings.topic_template)  # a bad template fails before Spark starts
+    log.info("effective settings", extra={"projection": projection.name, "settings": settings.masked()})
+    spark = _session(f"projection-{projection.name}")
+    lake = Lake(settings.lake)
+    if replay:
+        # A new checkpoint brings a new txnAppId (it lives in the checkpoint), so batch ids may restart at 0.
+        removed = delete_path(lake.checkpoint(projection.name), spark)
+        if args.rebuild:
+            for path in (
+                lake.table(projection.name),
+                lake.staging(projection.name),
+                lake.progress(projection.name),
+            ):
+                delete_path(path, spark)
+        log.info(
+            "checkpoint reset",
+            extra={"projection": projection.name, "existed": removed, "rebuild": bool(args.rebuild)},
+        )
+    metrics = None
+    server = None
+    if settings.metrics_port:
+        metrics = ProjectionMetrics()
+        spark.streams.addListener(ProgressListener(metrics, {projection.name}))
+        server, _ = start_http_server(
+            settings.metrics_port, addr=settings.metrics_host, registry=metrics.registry
+        )
+        log.info(
+            "serving /metrics", extra={"address": f"http://{settings.metrics_host}:{settings.metrics_port}"}
+        )
+    try:
+        runner.run(spark, projection, settings, metrics)
+    finally:
+        if server is not None:
+            server.shutdown()
+        spark.stop()
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    if not args.yes:
+        print(
+            f"replay resets the checkpoint of {args.name} and reads its topics again from --starting-offsets "
+            "(default earliest); the tables stay (every kind is idempotent) unless --rebuild. "
+            "Stop any running "
+            "instance first, then repeat with --yes.",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
+    return cmd_run(args, replay=True)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from projections.lake import Lake
+    from projections.progress import read_progress
+
+    settings = _settings(args)
+    projection = _catalog(settings).get(args.name)
+    lake = Lake(settings.lake)
+    spark = None if _local(lake) else _session(f"projection-status-{projection.name}")
+    progress = read_progress(lake, projection.name, spark)
+    report: dict[str, Any] = {
+        "projection": projection.name,
+        "kind": projection.kind.name,
+        "table": lake.table(projection.name),
+        "checkpoint": lake.checkpoint(projection.name),
+        "quarantine": lake.quarantine(projection.name),
+        "progress": None if progress is None else json.loads(progress.to_json()),
+    }
+    if args.lag and progress is not None:
+        report["lag"] = _kafka_lag(settings.bootstrap_servers, progress.offsets)
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+        return 0
+    print(f"projection {projection.name} ({projection.kind.name})\n  table      {report['table']}")
+    if progress is None:
+        print("  no batch applied yet")
+        return 0
+    print(f"  batch      {progress.batch_id} at {progress.updated_at}")
+    print(f"  max seq    {progress.max_seq}\n  last event {progress.last_event_time}")
+    for topic, partitions in progress.offsets.items():
+        print(f"  {topic}: " + ", ".join(f"p{p}@{o}" for p, o in partitions.items()))
+    if "lag" in report:
+        print(f"  lag        {report['lag']}")
+    return 0
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from projections.lake import Lake
+    from projections.maintenance import DEFAULT_RETAIN_HOURS, maintain
+
+    settings = _settings(args)
+    projection = _catalog(settings).get(args.name)
+    if args.retain_hours < DEFAULT_RETAIN_HOURS and not args.allow_short_retention:
+        print(
+            f"--retain-hours {args.retain_hours} is below Delta's safe {DEFAULT_RETAIN_HOURS}: "
+            "a running query "
+            "or a reader may still need those files. Add --allow-short-retention if you mean it.",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
+    spark = _session(f"projection-maintain-{projection.name}")
+    try:
+        report = maintain(spark, projection, Lake(settings.lake), args.retain_hours, not args.no_purge)
+    finally:
+        spark.stop()
+    print(json.dumps(report, indent=2, sort_keys=True))
+    return 0
+
+
+def _local(lake: Any) -> bool:
+    from projections.lake import is_local
+
+    return bool(is_local(lake.root))
+
+
+def _kafka_lag(bootstrap: str, offsets: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """Records in Kafka beyond the recorded offsets, per topic: how far the table is from the stream's end."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "outbox-projections-status", "enable.auto.commit": False}
+    )
+    lag: dict[str, Any] = {}
+    try:
+        for topic, partitions in offsets.items():
+            total = 0
+            for partition, offset in partitions.items():
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, int(partition)), timeout=5)
+                total += max(0, high - offset)
+            lag[topic] = total
+    except KafkaException as exc:
+        lag["error"] = f"Kafka at {bootstrap} did not answer: {exc}"
+    finally:
+        consumer.close()
+    return lag
+
+
+# ------------------------------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="outbox-projections", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("list", help="list the declared projections")
+    _common(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)
+
+    p = commands.add_parser("run", help="run a projection (continuously, or --available-now)")
+    _common(p)
+    _run_flags(p)
+    p.set_defaults(func=cmd_run)
+
+    p = commands.add_parser(
+        "replay", help="reset a projection's checkpoint (new txn app id) and run it again"
+    )
+    _common(p)
+    _run_flags(p)
+    p.add_argument("--rebuild", action="store_true", help="also delete the table and staging, building anew")
+    p.add_argument("--yes", action="store_true", help="really reset the checkpoint")
+    p.set_defaults(func=cmd_replay)
+
+    p = commands.add_parser(
+        "status", help="show a projection's progress record (offsets, max seq, last event)"
+    )
+    _common(p)
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--lag", action="store_true", help="also ask Kafka how many records are not applied yet")
+    p.add_argument("--bootstrap-servers", dest="bootstrap_servers")
+    p.set_defaults(func=cmd_status)
+
+    p = commands.add_parser("maintain", help="compact (OPTIMIZE), purge expired tombstones and VACUUM")
+    _common(p)
+    p.add_argument("name")
+    p.add_argument("--retain-hours", type=int, default=168, help="VACUUM retention in hours (default 168)")
+    p.add_argument("--allow-short-retention", action="store_true")
+    p.add_argument("--no-purge", action="store_true", help="keep expired tombstones")
+    p.set_defaults(func=cmd_maintain)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bridge import logs
+
+    args = build_parser().parse_args(argv)
+    logs.configure("INFO", json_lines=not args.plain_logs)
+    logging.getLogger("py4j").setLevel("WARNING")
+    try:
+        return int(args.func(args))
+    except UnknownProjectionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    except ConfigurationError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OutboxError as exc:
+        log.error("projection command failed", extra={"error": str(exc)})
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,8 @@
+"""spark-submit entry point for the order_status projection; flags are those of `outbox-projections run`."""
+
+import sys
+
+from projections.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["run", "order_status", *sys.argv[1:]]))
