@@ -45,8 +45,9 @@ EXIT_UNSAFE = 4
 
 #: librdkafka's default `message.max.bytes`: the producer refuses a larger record before sending it.
 PRODUCER_MAX_MESSAGE_BYTES = 1_000_000
-#: Delivery errors that are about the record itself, not the cluster: sending it again fails again,
-#: so after the rewind the record is handled by the poison policy instead of being retried forever.
+#: Delivery errors about the records, not the cluster: sending them again fails again. The broker
+#: refuses a whole batch, so each record it named is sent again alone (after everything before it is
+#: acknowledged); one refused alone goes to the poison policy instead of being retried forever.
 RECORD_REFUSED = frozenset({
     KafkaError.MSG_SIZE_TOO_LARGE,
     KafkaError.RECORD_LIST_TOO_LARGE,
@@ -97,8 +98,11 @@ class BridgeDaemon:
         self.holes_settled = 0
         self.halted: PoisonEventError | None = None
         self.rewinds_applied = 0
-        # Seqs Kafka refused for good (RECORD_REFUSED), with the reason, until the poison policy handles them.
+        # RECORD_REFUSED reports, with the reason: `_suspects` came in a batch (maybe refused for another
+        # record's sake) and are sent again alone; `_refused` were refused alone, so they are poison.
+        self._suspects: dict[int, str] = {}
         self._refused: dict[int, str] = {}
+        self._solo_seq: int | None = None
 
     # ------------------------------------------------------------------------------------ lifecycle
 
@@ -256,7 +260,7 @@ class BridgeDaemon:
         self.metrics.producer_rebuilds.inc()
         log.error("delivery failed; rebuilding the producer and rewinding to the watermark",
                   extra={"seq": failure.seq, "error": failure.reason, "watermark": tracker.watermark,
-                         "refused_seqs": sorted(self._refused)[:10]})
+                         "suspect_seqs": sorted(self._suspects)[:10], "refused_seqs": sorted(self._refused)})
         publisher.close()
         return self._restart_from(tracker.watermark, tracker, source)
 
@@ -264,6 +268,7 @@ class BridgeDaemon:
         """Forget everything in flight, continue reading after `watermark`, with a new producer."""
         tracker.reset(watermark)
         self._sent.clear()
+        self._solo_seq = None
         source.rewind(watermark)
         return self._new_publisher()
 
@@ -271,23 +276,36 @@ class BridgeDaemon:
 
     def _read_and_send(self, source: OutboxSource, tracker: AckTracker, publisher: Publisher) -> bool:
         limit = min(self.config.read_batch_size, self.config.max_in_flight - tracker.in_flight_count)
-        if limit <= 0:
+        if limit <= 0 or self._solo_seq is not None:
             return False
         batch = source.poll(limit)
         self.metrics.horizon_held_back.set(1 if batch.waiting_on is not None else 0)
         if not batch.rows:
             return False
         generation = tracker.generation
+        sent_any = False
         try:
             for row in batch.rows:
                 if row.seq > tracker.position + 1:
                     holes = tracker.settle_holes(row.seq - 1)
                     self.holes_settled += holes
                     self.metrics.holes_settled.inc(holes)
+                alone = row.seq in self._suspects
+                if alone and tracker.unacked_count:
+                    break  # send it once everything before it is acknowledged
                 record = self._record(row)
                 tracker.track(row.seq, record.size)
                 self._sent[row.seq] = _Sent(record.topic, row.occurred_at.timestamp())
                 publisher.send(record, generation)
+                sent_any = True
+                if alone:
+                    self._solo_seq = row.seq
+                    break  # and nothing after it until it is acknowledged
+            else:
+                return True
+            # Stopped early: read the rest again later.
+            source.rewind(tracker.position)
+            return sent_any
         except Exception:
             # The source's cursor is past the whole batch: move it back to the last seq accounted
             # for, or the rows after the failing one would never be read again.
@@ -296,7 +314,6 @@ class BridgeDaemon:
         finally:
             self.metrics.in_flight_events.set(tracker.in_flight_count)
             self.metrics.in_flight_bytes.set(tracker.in_flight_bytes)
-        return True
 
     def _record(self, row: OutboxRow) -> KafkaRecord:
         """The record for a row (its topic checked once), the dead-letter record, or PoisonEventError."""
@@ -365,12 +382,19 @@ class BridgeDaemon:
             self.metrics.publish_errors.labels(kind=err.name()).inc()
             if err.code() in RECORD_REFUSED:
                 sent = self._sent.get(seq)
-                self._refused[seq] = f"{err.name()}: {err.str()}"
+                reason = f"{err.name()}: {err.str()}"
+                if seq == self._solo_seq:
+                    self._refused[seq] = reason
+                else:
+                    self._suspects.setdefault(seq, reason)
                 if sent is not None:
                     # The topic's limits may have changed since it was checked: check it again.
                     self._checked_topics.pop(sent.topic, None)
             return
         sent = self._sent.pop(seq, None)
+        if seq == self._solo_seq:
+            self._solo_seq = None
+            self._suspects.pop(seq, None)
         if tracker.ack(seq, generation) and sent is not None:
             self.metrics.events_published.labels(topic=sent.topic).inc()
             self.metrics.commit_to_ack_seconds.observe(max(0.0, time.time() - sent.occurred_at))

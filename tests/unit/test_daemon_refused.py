@@ -1,7 +1,8 @@
-"""A record Kafka refuses for good (MSG_SIZE_TOO_LARGE after the topic check passed) is handled by the
-poison policy after one rewind, instead of being rebuilt and re-sent forever: `halt` stops just before
-it and names it, `dead-letter` routes it and goes on. The daemon runs on a SQLite outbox with an
-in-memory publisher and topic guard."""
+"""A record Kafka refuses for good (MSG_SIZE_TOO_LARGE after the topic check passed) goes to the
+poison policy instead of being rebuilt and re-sent forever, and only that record: the broker refuses
+a whole batch, so every record it named is sent again alone, and only one refused alone is poison.
+`halt` stops just before it and names it; `dead-letter` routes it and goes on. The daemon runs on a
+SQLite outbox with an in-memory publisher (a broker that refuses batches) and topic guard."""
 
 from __future__ import annotations
 
@@ -24,42 +25,44 @@ from bridge.source import make_engine
 from bridge.topics import TopicReport
 
 REFUSED_SEQ = 7
+EVENTS = 12
 
 
-class RefusingPublisher:
-    """Acknowledges every record on the next poll, except REFUSED_SEQ on its own topic."""
+class BatchRefusingPublisher:
+    """Everything sent between two polls is one batch; a batch holding REFUSED_SEQ (on its own topic)
+    is refused as a whole, as a broker refuses a record batch over max.message.bytes."""
 
-    def __init__(self, sent: list[KafkaRecord], dlq_topic: str,
+    def __init__(self, accepted: list[KafkaRecord], dlq_topic: str,
                  on_delivery: Callable[[int, int, KafkaError | None], None]) -> None:
         self.failure: Any = None
-        self._sent = sent
+        self.accepted = accepted
         self._dlq = dlq_topic
         self._on_delivery = on_delivery
-        self._queued: list[tuple[int, int, KafkaError | None]] = []
+        self._batch: list[tuple[KafkaRecord, int]] = []
 
     def send(self, record: KafkaRecord, generation: int) -> None:
-        refused = record.seq == REFUSED_SEQ and record.topic != self._dlq
-        err = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large") if refused else None
-        if err is None:
-            self._sent.append(record)
-        self._queued.append((record.seq, generation, err))
+        self._batch.append((record, generation))
 
     def poll(self, timeout: float) -> int:
-        queued, self._queued = self._queued, []
-        if not queued:
+        batch, self._batch = self._batch, []
+        if not batch:
             time.sleep(min(timeout, 0.01))
-        for seq, generation, err in queued:
-            if err is not None and self.failure is None:
-                self.failure = DeliveryFailure(seq, err.code(), err.str(), fatal=False)
-            self._on_delivery(seq, generation, err)
-        return len(queued)
+        refused = any(r.seq == REFUSED_SEQ and r.topic != self._dlq for r, _ in batch)
+        for record, generation in batch:
+            err = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large") if refused else None
+            if err is None:
+                self.accepted.append(record)
+            elif self.failure is None:
+                self.failure = DeliveryFailure(record.seq, err.code(), err.str(), fatal=False)
+            self._on_delivery(record.seq, generation, err)
+        return len(batch)
 
     def flush(self, timeout: float) -> int:
         self.poll(0)
         return 0
 
     def close(self) -> None:
-        self._queued.clear()
+        self._batch.clear()
 
 
 class AcceptingGuard:
@@ -76,13 +79,13 @@ def _config(url: str, policy: str) -> BridgeConfig:
 def _run(tmp_path: Path, policy: str) -> tuple[BridgeDaemon, list[list[KafkaRecord]], int, int]:
     url = f"sqlite:///{tmp_path / 'outbox.db'}"
     upgrade(url)
-    _insert(url, 12)
+    _insert(url, EVENTS)
     config = _config(url, policy)
     by_producer: list[list[KafkaRecord]] = []
 
-    def new_publisher(_settings: dict[str, Any], on_delivery: Any) -> RefusingPublisher:
+    def new_publisher(_settings: dict[str, Any], on_delivery: Any) -> BatchRefusingPublisher:
         by_producer.append([])
-        return RefusingPublisher(by_producer[-1], config.dlq_topic_name, on_delivery)
+        return BatchRefusingPublisher(by_producer[-1], config.dlq_topic_name, on_delivery)
 
     daemon = BridgeDaemon(
         config,
@@ -96,7 +99,7 @@ def _run(tmp_path: Path, policy: str) -> tuple[BridgeDaemon, list[list[KafkaReco
     deadline = time.monotonic() + 20
     while thread.is_alive() and time.monotonic() < deadline:
         tracker = daemon._tracker
-        if policy == "dead-letter" and tracker is not None and tracker.watermark == 12:
+        if policy == "dead-letter" and tracker is not None and tracker.watermark == EVENTS:
             daemon.stop()
         time.sleep(0.02)
     thread.join(10)
@@ -119,26 +122,24 @@ def _insert(url: str, count: int) -> None:
     engine.dispose()
 
 
-def test_halt_stops_just_before_a_record_kafka_refuses_and_names_it(tmp_path: Path) -> None:
+def test_halt_stops_just_before_the_record_refused_alone_and_names_it(tmp_path: Path) -> None:
     daemon, by_producer, code, watermark = _run(tmp_path, "halt")
     assert code == EXIT_POISON
-    assert watermark == REFUSED_SEQ - 1
+    assert watermark == REFUSED_SEQ - 1, "the records refused with it in one batch were published"
     assert daemon.halted is not None and daemon.halted.seq == REFUSED_SEQ
     assert f"seq={REFUSED_SEQ}" in (daemon.last_error or "") and "MSG_SIZE_TOO_LARGE" in (daemon.last_error or "")
-    # One rewind to the watermark, then the policy: the second producer never gets the refused seq.
-    assert len(by_producer) == 2
-    resent = [record.seq for record in by_producer[1]]
-    assert resent == list(range(resent[0] if resent else REFUSED_SEQ, REFUSED_SEQ))
+    # The batch refused; each named record again alone, REFUSED_SEQ refused alone; then the policy.
+    assert len(by_producer) == 3
+    assert [r.seq for r in by_producer[1]] == list(range(1, REFUSED_SEQ))
+    assert by_producer[2] == []
 
 
-def test_dead_letter_routes_a_record_kafka_refuses_and_goes_on(tmp_path: Path) -> None:
+def test_dead_letter_routes_only_the_record_refused_alone_and_goes_on(tmp_path: Path) -> None:
     daemon, by_producer, code, watermark = _run(tmp_path, "dead-letter")
-    assert code == EXIT_OK and watermark == 12
-    assert len(by_producer) == 2
-    sent = by_producer[1]
-    dead = [record for record in sent if record.topic == daemon.config.dlq_topic_name]
+    assert code == EXIT_OK and watermark == EVENTS
+    accepted = [record for producer in by_producer for record in producer]
+    dead = [record for record in accepted if record.topic == daemon.config.dlq_topic_name]
     assert [record.seq for record in dead] == [REFUSED_SEQ]
     assert b"MSG_SIZE_TOO_LARGE" in dict(dead[0].headers)["dlq_reason"]
-    published = {record.seq for producer in by_producer for record in producer if record.topic == "u.order"}
-    assert published == set(range(1, 13)) - {REFUSED_SEQ}
-
+    published = sorted(record.seq for record in accepted if record.topic == "u.order")
+    assert published == [seq for seq in range(1, EVENTS + 1) if seq != REFUSED_SEQ], "each exactly once"
