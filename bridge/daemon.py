@@ -465,7 +465,9 @@ class BridgeDaemon:
         log.info("applying a rewind request", extra={"request": request.id, "from_seq": request.from_seq,
                                                      "watermark": tracker.watermark,
                                                      "requested_by": request.requested_by})
-        self._drain(tracker, publisher, min(REWIND_DRAIN_S, self.config.shutdown_timeout_s))
+        # Bounded well inside the lease, which is not renewed meanwhile.
+        self._drain(tracker, publisher,
+                    min(REWIND_DRAIN_S, self.config.shutdown_timeout_s, self.config.lease_timeout_s / 2))
         publisher.close()
         resume_at = tracker.watermark  # if the request cannot be applied now, carry on from here
         try:
@@ -509,6 +511,11 @@ class BridgeDaemon:
                 status["halted_at_seq"] = halted_at.seq
             self.offsets.persist(lease, tracker.watermark, self.config.lease_timeout_s, status)
             self.offsets.release(lease)
+        except (TransientStoreError, FencedError) as exc:
+            # Still exit with the code that says why we stopped; the only cost is duplicates after a restart.
+            self.last_error = str(exc)
+            log.error("could not persist the final watermark; a restart re-sends from the last persisted one",
+                      extra={"watermark": tracker.watermark, "error": str(exc)})
         finally:
             source.close()
             self._set_leader(False)
