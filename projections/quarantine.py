@@ -21,6 +21,7 @@ from pyspark.sql.types import (
 )
 
 from projections.envelope import ERROR
+from projections.kinds.base import ensure_table
 from projections.kinds.event_log import HEADERS_TYPE
 from projections.txn import Txn
 
@@ -50,6 +51,7 @@ def set_aside(session: SparkSession, path: str, projection: str, bad: DataFrame,
     """Add the batch's bad records (decoded rows with `_error`) to the quarantine table, each once."""
     from delta.tables import DeltaTable
 
+    ensure_table(session, path, SCHEMA, f"quarantine of projection {projection}")
     rows = bad.withColumns(
         {
             "projection": F.lit(projection),

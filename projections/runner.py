@@ -18,7 +18,6 @@ from projections.declaration import Projection, ResolvedPayload
 from projections.errors import ProjectionError
 from projections.kinds.base import ensure_table
 from projections.lake import Lake
-from projections.quarantine import SCHEMA as QUARANTINE_SCHEMA
 from projections.settings import Settings
 from projections.txn import checkpoint_app_id
 
@@ -32,13 +31,13 @@ log = logging.getLogger(__name__)
 
 
 def prepare(spark: SparkSession, projection: Projection, lake: Lake) -> ResolvedPayload:
-    """Resolve the payload schemas and create the projection's tables and quarantine if they do not exist."""
+    """Resolve the payload schemas and create the projection's tables if they do not exist.
+
+    The quarantine table is created with the first bad event, so its existence alone says there were some.
+    """
     payload = projection.resolve()
     for path, schema in projection.kind.tables(projection, payload, lake).items():
         ensure_table(spark, path, schema, f"projection {projection.name} ({projection.kind.name})")
-    ensure_table(
-        spark, lake.quarantine(projection.name), QUARANTINE_SCHEMA, f"quarantine of {projection.name}"
-    )
     return payload
 
 

@@ -8,7 +8,8 @@ With `carry_forward=False` (the default) a row is the latest event's payload: ri
 carry the whole state. With `carry_forward=True` a column the latest event's type does not declare keeps
 the value of the latest event that did (since the last delete): right for events that carry only what
 changed. Each column then keeps its own seq (`field_seqs`), and the result is the same however the
-events are split into batches or repeated.
+events are split into batches or repeated. A delete clears the columns; a tombstone shows the delete
+event's own fields, and a row created again after a delete starts from the new events only.
 """
 
 from __future__ import annotations
@@ -147,13 +148,12 @@ def _carry_forward_source(batch: Batch, deletes: frozenset[str], schema: StructT
             F.max(carried_seq).alias(f"_seq_{f.name}"),
         ]
     grouped = batch.events.groupBy(key).agg(*aggregates)
-    # A column set before the batch's last delete does not survive it (the delete event's own fields do).
-    live = {
-        f.name: F.when(
-            F.col(f"_seq_{f.name}") >= F.coalesce(F.col("deleted_seq"), F.lit(-1)), F.col(f"_seq_{f.name}")
-        )
-        for f in values
-    }
+    # A column set before the batch's last delete does not survive it.
+    last_delete, row_seq = F.coalesce(F.col("deleted_seq"), F.lit(-1)), F.col("_latest.seq")
+    live = {}
+    for f in values:
+        seq = F.col(f"_seq_{f.name}")
+        live[f.name] = F.when(_survives(seq, last_delete, row_seq), seq)
     grouped = grouped.withColumns(
         {
             **{f.name: F.when(live[f.name].isNotNull(), F.col(f.name)) for f in values},
@@ -174,6 +174,11 @@ def _carry_forward_source(batch: Batch, deletes: frozenset[str], schema: StructT
     ).select(*schema.fieldNames())
 
 
+def _survives(seq: Column, deleted_seq: Column, row_seq: Column) -> Column:
+    """A column value outlives the last delete if it is newer, or is the delete's own while it is the latest."""
+    return (seq > deleted_seq) | ((seq == deleted_seq) & (deleted_seq == row_seq))
+
+
 def _carry_forward_clauses(merge: DeltaMergeBuilder, batch: Batch, schema: StructType) -> DeltaMergeBuilder:
     """Update each column whose source seq is newer, then drop what an overall newer delete cleared."""
     projection = batch.projection
@@ -186,7 +191,7 @@ def _carry_forward_clauses(merge: DeltaMergeBuilder, batch: Batch, schema: Struc
         source_seq, target_seq = f"s.field_seqs['{f.name}']", f"t.field_seqs['{f.name}']"
         source_wins = f"({source_seq} IS NOT NULL AND ({target_seq} IS NULL OR {source_seq} > {target_seq}))"
         seq = f"(CASE WHEN {source_wins} THEN {source_seq} ELSE {target_seq} END)"
-        survives = f"{seq} >= {deleted}"
+        survives = f"({seq} > {deleted} OR ({seq} = {deleted} AND {deleted} = greatest(t.seq, s.seq)))"
         assignments[f.name] = (
             f"CASE WHEN {survives} THEN (CASE WHEN {source_wins} THEN s.{name} ELSE t.{name} END) END"
         )
