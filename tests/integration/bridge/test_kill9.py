@@ -46,7 +46,9 @@ def _leads(url: str, name: str, pid: int) -> bool:
     return row is not None and f":{pid}:" in (row.owner or "")
 
 
-def test_kill9_at_random_moments_loses_nothing_and_bounds_duplicates(postgres_url, kafka_bootstrap, tmp_path) -> None:
+def test_kill9_at_random_moments_loses_nothing_and_bounds_duplicates(
+    postgres_url, kafka_bootstrap, tmp_path, capsys
+) -> None:
     url = postgres_url
     upgrade(url)
     _insert_backlog(url)
@@ -104,9 +106,11 @@ def test_kill9_at_random_moments_loses_nothing_and_bounds_duplicates(postgres_ur
     duplicates = sum(counts.values()) - len(distinct)
     per_crash = MAX_IN_FLIGHT + largest_step
     bound = KILLS * per_crash
-    print(f"\nseed {seed}: {KILLS} kill -9s in {elapsed:.1f}s, watermark at each kill {watermarks_at_kill}")
-    print(f"records in Kafka {sum(counts.values())}, distinct {len(distinct)}, DUPLICATES {duplicates}; bound "
-          f"{KILLS} crashes * ({MAX_IN_FLIGHT} max in flight + {largest_step} largest persisted step) = {bound}")
+    with capsys.disabled():  # shown in every run, not only with -s
+        print(f"\nkill -9 test, seed {seed}: {KILLS} kills in {elapsed:.1f}s, watermark at each kill "
+              f"{watermarks_at_kill}")
+        print(f"records in Kafka {sum(counts.values())}, distinct {len(distinct)}, DUPLICATES {duplicates}; bound "
+              f"{KILLS} crashes * ({MAX_IN_FLIGHT} max in flight + {largest_step} largest persisted step) = {bound}")
 
     assert distinct == set(range(1, EVENTS + 1)), f"missing seqs: {sorted(set(range(1, EVENTS + 1)) - distinct)[:20]}"
     assert duplicates <= bound
