@@ -204,6 +204,12 @@ def pg_admin_url(containers: _Containers) -> str:
     return local_stack_env()["OUTBOX_PG_ADMIN_URL"]
 
 
+@pytest.fixture(scope="session")
+def local_pg_admin_url() -> str:
+    """The local stack's own PostgreSQL, for fault tests that restart the server (like kafka_cluster3)."""
+    return local_stack_env()["OUTBOX_PG_ADMIN_URL"]
+
+
 @pytest.fixture()
 def postgres_url(pg_admin_url: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
@@ -211,7 +217,8 @@ def postgres_url(pg_admin_url: str) -> Iterator[str]:
     from sqlalchemy.engine import make_url
 
     name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
+    # pre-ping: a fault test may restart the server while this engine's connections sit in the pool.
+    admin = create_engine(pg_admin_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     yield make_url(pg_admin_url).set(database=name).render_as_string(hide_password=False)
