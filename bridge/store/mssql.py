@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError
 
 from bridge.store.failures import store_error
 from bridge.store.holes import HoleTracker, Horizon
-from bridge.store.postgres import Poll, VisibleRows
+from bridge.store.postgres import Poll, VisibleRows, advance
 from bridge.store.rows import OutboxRow, rows_after
 
 # rowversion is binary(8); CAST to BIGINT gives its integer value (it never reaches the sign bit).
@@ -59,16 +59,7 @@ def read_visible(conn: Connection, after: int, limit: int) -> VisibleRows:
 
 def poll(conn: Connection, tracker: HoleTracker, limit: int) -> Poll:
     """Read after the tracker's cursor and advance it: what to publish now, in seq order."""
-    visible = read_visible(conn, tracker.cursor, limit)
-    step = tracker.advance((row.seq for row in visible.rows), visible.horizon)
-    by_seq = {row.seq: row for row in visible.rows}
-    return Poll(
-        rows=tuple(by_seq[seq] for seq in step.deliver),
-        settled=step.settled,
-        waiting_on=step.waiting_on,
-        horizon=visible.horizon,
-        cursor=step.cursor,
-    )
+    return advance(tracker, read_visible(conn, tracker.cursor, limit))
 
 
 def horizon_holder(conn: Connection) -> dict[str, Any] | None:

@@ -85,7 +85,11 @@ def read_visible(conn: Connection, after: int, limit: int) -> VisibleRows:
 
 def poll(conn: Connection, tracker: HoleTracker, limit: int) -> Poll:
     """Read after the tracker's cursor and advance it: what to publish now, in seq order."""
-    visible = read_visible(conn, tracker.cursor, limit)
+    return advance(tracker, read_visible(conn, tracker.cursor, limit))
+
+
+def advance(tracker: HoleTracker, visible: VisibleRows) -> Poll:
+    """Feed one read to the hole tracker and keep the rows it lets through (any dialect's read)."""
     step = tracker.advance((row.seq for row in visible.rows), visible.horizon)
     by_seq = {row.seq: row for row in visible.rows}
     return Poll(
