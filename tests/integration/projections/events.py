@@ -26,6 +26,8 @@ class OutboxEvent:
     event_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     occurred_at: datetime | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    # Replace (or, with None, leave out) standard headers, to make malformed records.
+    header_overrides: dict[str, str | None] = field(default_factory=dict)
 
     def value(self) -> bytes:
         return (self.payload if isinstance(self.payload, str) else json.dumps(self.payload)).encode()
@@ -38,6 +40,11 @@ class OutboxEvent:
             ("aggregate_type", self.aggregate_type.encode()),
             ("seq", str(self.seq).encode()),
             ("occurred_at", occurred.isoformat().encode()),
+        ]
+        standard = [
+            (k, (self.header_overrides[k] or "").encode()) if k in self.header_overrides else (k, v)
+            for k, v in standard
+            if not (k in self.header_overrides and self.header_overrides[k] is None)
         ]
         return standard + [(k, v.encode()) for k, v in self.headers.items()]
 
