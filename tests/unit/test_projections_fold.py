@@ -1,0 +1,123 @@
+"""The fold executor: a key's pending events applied in seq order onto its stored state."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from pyspark.sql import Row
+
+from projections.errors import FoldError
+from projections.examples import order_status
+from projections.kinds.fold import Event, State, _KeyFolder
+
+pytestmark = pytest.mark.unit
+
+COLUMNS = (
+    "order_id",
+    "status",
+    "customer",
+    "amount",
+    "currency",
+    "paid",
+    "carrier",
+    "events",
+    "aggregate_id",
+    "event_id",
+    "event_type",
+    "seq",
+    "occurred_at",
+    "is_deleted",
+)
+STATE = ("status", "customer", "amount", "currency", "paid", "carrier", "events")
+FIELDS = {
+    "OrderPlaced": ("order_id", "customer", "amount", "currency"),
+    "OrderPaid": ("order_id", "amount"),
+    "OrderShipped": ("order_id", "carrier"),
+    "OrderCancelled": ("order_id", "reason"),
+}
+
+
+def row(
+    seq: int,
+    event_type: str,
+    stored: dict[str, Any] | None = None,
+    applied: int | None = None,
+    deleted: bool = False,
+    **payload: Any,
+) -> Row:
+    values = {"customer": None, "amount": None, "currency": None, "carrier": None, "reason": None, **payload}
+    return Row(
+        order_id="o1",
+        event_id=f"e{seq}",
+        event_type=event_type,
+        aggregate_type="order",
+        aggregate_id="o1",
+        seq=seq,
+        occurred_at=datetime(2024, 5, 1, tzinfo=UTC),
+        **values,
+        _state=Row(**stored) if stored else None,
+        _applied_seq=applied,
+        _deleted=deleted,
+    )
+
+
+def folder(function: Any = order_status) -> _KeyFolder:
+    return _KeyFolder(
+        function=function, key="order_id", fields_by_type=FIELDS, state_names=STATE, columns=COLUMNS
+    )
+
+
+def test_events_are_applied_in_seq_order_whatever_the_arrival_order() -> None:
+    rows = [
+        row(3, "OrderShipped", carrier="ups"),
+        row(1, "OrderPlaced", customer="c", amount=Decimal(5), currency="EUR"),
+        row(2, "OrderPaid", amount=Decimal(5)),
+    ]
+    out = dict(zip(COLUMNS, folder()(("o1", rows)), strict=True))
+    assert (out["status"], out["events"], out["seq"], out["event_id"]) == ("shipped", 3, 3, "e3")
+    assert (out["customer"], out["paid"], out["carrier"], out["is_deleted"]) == (
+        "c",
+        Decimal(5),
+        "ups",
+        False,
+    )
+
+
+def test_folding_continues_from_the_stored_state() -> None:
+    stored = {
+        "status": "paid",
+        "customer": "c",
+        "amount": Decimal(5),
+        "currency": "EUR",
+        "paid": Decimal(5),
+        "carrier": None,
+        "events": 2,
+    }
+    out = dict(
+        zip(
+            COLUMNS, folder()(("o1", [row(9, "OrderShipped", stored, applied=8, carrier="dhl")])), strict=True
+        )
+    )
+    assert (out["status"], out["events"], out["customer"], out["carrier"]) == ("shipped", 3, "c", "dhl")
+
+
+def test_none_deletes_and_a_deleted_key_starts_again_from_none() -> None:
+    seen: list[State | None] = []
+
+    def delete_on_cancel(state: State | None, event: Event) -> State | None:
+        seen.append(state)
+        return None if event.event_type == "OrderCancelled" else {"status": event.event_type, "events": 1}
+
+    out = dict(zip(COLUMNS, folder(delete_on_cancel)(("o1", [row(4, "OrderCancelled")])), strict=True))
+    assert out["is_deleted"] is True and out["status"] is None
+    stale = {"status": "x", "events": 9}
+    folder(delete_on_cancel)(("o1", [row(6, "OrderPlaced", stale, applied=5, deleted=True)]))
+    assert seen[-1] is None
+
+
+def test_unknown_state_fields_are_an_error_naming_key_and_seq() -> None:
+    with pytest.raises(FoldError, match="'o1' at seq 1"):
+        folder(lambda state, event: {"colour": "red"})(("o1", [row(1, "OrderPlaced")]))

@@ -1,0 +1,68 @@
+"""Projection settings: flags over environment over TOML over defaults, refused values name the setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bridge.errors import ConfigurationError
+from projections.settings import Settings, load_settings
+
+pytestmark = pytest.mark.unit
+
+
+def test_defaults() -> None:
+    settings = load_settings(env={})
+    assert settings == Settings()
+    assert (settings.lake, settings.fail_on_data_loss, settings.metrics_port) == (".run/lake", True, 9465)
+    assert settings.topic_template == "outbox.event.{aggregate_type}"
+
+
+def test_flag_beats_env_beats_file(tmp_path: Path) -> None:
+    toml = tmp_path / "projections.toml"
+    toml.write_text(
+        'lake = "/file/lake"\nmax_offsets_per_trigger = 10\ntrigger_interval_s = 5\n'
+        '[kafka]\n"kafka.security.protocol" = "SSL"\n"kafka.ssl.key.password" = "hunter2"\n'
+    )
+    env = {
+        "PROJECTIONS_LAKE_PATH": "/env/lake",
+        "PROJECTIONS_MAX_OFFSETS_PER_TRIGGER": "20",
+        "PROJECTIONS_MODULES": "a, b",
+    }
+    settings = load_settings(
+        flags={"lake": "/flag/lake", "trigger_interval_s": None}, toml_path=toml, env=env
+    )
+    assert settings.lake == "/flag/lake"
+    assert settings.max_offsets_per_trigger == 20
+    assert settings.trigger_interval_s == 5.0
+    assert settings.modules == ("a", "b")
+    assert settings.kafka["kafka.security.protocol"] == "SSL"
+    assert settings.masked()["kafka"] == {"kafka.security.protocol": "SSL", "kafka.ssl.key.password": "***"}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PROJECTIONS_STARTING_OFFSETS": "beginning"}, "PROJECTIONS_STARTING_OFFSETS='beginning'"),
+        ({"PROJECTIONS_MAX_OFFSETS_PER_TRIGGER": "0"}, "PROJECTIONS_MAX_OFFSETS_PER_TRIGGER=0"),
+        ({"PROJECTIONS_MAX_OFFSETS_PER_TRIGGER": "many"}, "PROJECTIONS_MAX_OFFSETS_PER_TRIGGER='many'"),
+        ({"PROJECTIONS_FAIL_ON_DATA_LOSS": "perhaps"}, "PROJECTIONS_FAIL_ON_DATA_LOSS='perhaps'"),
+        ({"PROJECTIONS_METRICS_PORT": "70000"}, "PROJECTIONS_METRICS_PORT=70000"),
+    ],
+)
+def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message.replace("(", "\\(")):
+        load_settings(env=env)
+
+
+def test_fail_on_data_loss_can_be_turned_off_only_explicitly() -> None:
+    assert load_settings(env={"PROJECTIONS_FAIL_ON_DATA_LOSS": "false"}).fail_on_data_loss is False
+    assert load_settings(flags={"fail_on_data_loss": None}, env={}).fail_on_data_loss is True
+
+
+def test_unknown_toml_settings_are_refused(tmp_path: Path) -> None:
+    toml = tmp_path / "p.toml"
+    toml.write_text("lakes = 'x'\n")
+    with pytest.raises(ConfigurationError, match="unknown settings \\['lakes'\\]"):
+        load_settings(toml_path=toml, env={})
