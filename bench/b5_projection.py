@@ -1,0 +1,76 @@
+"""B5: projection throughput: a topic of N events over K keys drained into `latest_state` and `event_log`.
+
+The topic is filled by the bare producer (the bridge's records and headers, 6 partitions) before the
+clock starts. Each projection runs as an availableNow query with maxOffsetsPerTrigger, timed from
+`start` to its end; the bare MERGE baseline (`bench.spark_jobs`) runs on the same topic in the same
+session as the ceiling. A small untimed run first warms the JVM up (not in --quick, which also
+runs `latest_state` only).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from typing import Any
+
+from bench.backlog import PARTITIONS
+from bench.bridge_process import bridge_env
+from bench.ceiling import run_ceiling
+from bench.context import Context
+from bench.spark_jobs import KINDS, drain, session, start_baseline, start_projection
+from bench.stack import KAFKA1
+from bench.workload import AGGREGATE_TYPE
+
+log = logging.getLogger("bench.b5")
+
+TARGET_EVENTS_PER_S = 50_000
+WARM_UP_EVENTS = 10_000
+
+
+def _fill(ctx: Context, name: str, events: int, keys: int) -> str:
+    topic = ctx.scratch.create_topic(KAFKA1, f"{name}.{AGGREGATE_TYPE}", PARTITIONS, 1)
+    env = bridge_env("sqlite:///unused.db", KAFKA1, "bench-fill", "unused.{aggregate_type}", 1)
+    produced = run_ceiling(env, topic, events, keys, prefix=name)
+    log.info("B5: %d events over %d keys in %s (%.0f events/s)", events, keys, topic, produced["events_per_s"])
+    return topic
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    events, keys, per_batch = ctx.sizes.b5_events, ctx.sizes.b5_keys, ctx.sizes.b5_max_per_batch
+    spark = session(ctx)
+    lake = ctx.raw("lake-b5")
+    warm_topic = None if ctx.quick else _fill(ctx, "b5-warm", WARM_UP_EVENTS, min(keys, WARM_UP_EVENTS))
+    _fill(ctx, "b5", events, keys)
+    template = ctx.scratch.topic("b5.{aggregate_type}")
+    topic = ctx.scratch.topic(f"b5.{AGGREGATE_TYPE}")
+    result: dict[str, Any] = {
+        "target": f">= {TARGET_EVENTS_PER_S:,} events/s on local[2]",
+        "events": events, "keys": keys, "max_offsets_per_trigger": per_batch, "partitions": PARTITIONS,
+        "measured": "availableNow query from start() to its end, tables created beforehand",
+        "kinds": {},
+    }
+    try:
+        if warm_topic is not None:
+            warm = start_baseline(spark, "latest_state", lake / "warm", lake / "_cp_warm", KAFKA1, warm_topic,
+                                  per_batch)
+            drain(warm, WARM_UP_EVENTS, time.monotonic())
+        for kind in KINDS[:1] if ctx.quick else KINDS:  # a smoke run needs one kind to prove the path
+            started = time.monotonic()
+            query = start_projection(spark, kind, f"bench_{kind}", lake, KAFKA1, template, available_now=True,
+                                     max_per_batch=per_batch)
+            measured = drain(query, events, started)
+            log.info("B5 %s: %s", kind, measured.as_dict())
+            started = time.monotonic()
+            query = start_baseline(spark, kind, lake / f"baseline_{kind}", lake / f"_cp_baseline_{kind}", KAFKA1,
+                                   topic, per_batch)
+            baseline = drain(query, events, started)
+            log.info("B5 %s baseline: %s", kind, baseline.as_dict())
+            row = {"projection": measured.as_dict(), "baseline": baseline.as_dict(),
+                   "_batches": {"projection": measured.batches, "baseline": baseline.batches}}
+            row["fraction_of_baseline"] = round(baseline.seconds / measured.seconds, 3) if measured.seconds else 0.0
+            row["meets_target"] = row["projection"]["events_per_s"] >= TARGET_EVENTS_PER_S
+            result["kinds"][kind] = row
+    finally:
+        shutil.rmtree(lake, ignore_errors=True)
+    return result

@@ -1,0 +1,142 @@
+"""Draining a loaded backlog: the bridge's throughput beside the bare-producer ceiling, in the same run.
+
+The ceiling is measured just before and just after the bridge, on topics shaped like the bridge's
+(same partitions, replication and settings), so drift on the shared machine shows as the spread
+between the two. The bridge's rate is taken from the topic itself: records acknowledged per second
+between the first record and the last.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.bridge_process import BridgeProcess, bridge_env
+from bench.ceiling import run_ceiling
+from bench.context import Context
+from bench.topics import TopicWatch
+from bench.workload import AGGREGATE_TYPE, PAYLOAD_BYTES
+
+log = logging.getLogger("bench.backlog")
+
+PARTITIONS = 6  # the bridge's default BRIDGE_TOPIC_PARTITIONS
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the bridge reads and writes for one measurement."""
+
+    db_url: str
+    bootstrap: str
+    replication: int
+    keys: int = 10_000
+
+
+@dataclass
+class DrainResult:
+    events: int
+    rate: dict[str, float]
+    rss_samples: list[tuple[float, int]] = field(default_factory=list)
+    rate_samples: list[tuple[float, int]] = field(default_factory=list)
+    profile: Path | None = None
+
+    @property
+    def events_per_s(self) -> float:
+        return self.rate["events_per_s"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "events": self.events,
+            "events_per_s": round(self.events_per_s, 1),
+            "payload_mb_per_s": round(self.events_per_s * PAYLOAD_BYTES / 1e6, 2),
+            "steady_s": round(self.rate["steady_s"], 2),
+            "wall_s": round(self.rate["wall_s"], 2),
+            "first_record_after_s": round(self.rate.get("first_record_after_s", 0.0), 2),
+            "peak_rss_mb": round(max((r for _, r in self.rss_samples), default=0) / 2**20, 1),
+        }
+
+
+def drain(ctx: Context, label: str, target: Target, events: int, settings: dict[str, str | int] | None = None,
+          sample_rss: bool = False, profile: bool = False) -> DrainResult:
+    """Start a bridge with a fresh name (watermark 0) on target and time it over the first `events` events."""
+    ctx.scratch.create_topic(target.bootstrap, f"{label}.{AGGREGATE_TYPE}", PARTITIONS, target.replication)
+    template = ctx.scratch.topic(f"{label}.{{aggregate_type}}")
+    env = bridge_env(target.db_url, target.bootstrap, f"bench-{label}", template, target.replication,
+                     **(settings or {}))
+    watch = TopicWatch(target.bootstrap, ctx.scratch.topic(f"{label}.{AGGREGATE_TYPE}"))
+    bridge = BridgeProcess(env, ctx.raw(f"logs/bridge-{label}.log"), sample_rss=sample_rss).start()
+    spy = _start_profiler(bridge.pid, ctx.raw(f"profiles/{label}.txt")) if profile else None
+    try:
+        progress = watch.wait_for(events, timeout=max(600, events / 500), started_at=bridge.started_at,
+                                  check=bridge.check_running)
+    finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            spy.wait(60)
+        bridge.stop()
+        watch.close()
+    started = progress.started_at
+    return DrainResult(
+        events=events,
+        rate=progress.rate(),
+        rss_samples=bridge.rss.samples if bridge.rss else [],
+        rate_samples=[(round(t - started, 2), n) for t, n in progress.samples],
+        profile=ctx.raw(f"profiles/{label}.txt") if profile else None,
+    )
+
+
+def ceiling(ctx: Context, label: str, target: Target, events: int,
+            settings: dict[str, str | int] | None = None) -> dict[str, Any]:
+    """The bare producer with the bridge's settings for target, on a fresh topic of the same shape."""
+    topic = ctx.scratch.create_topic(target.bootstrap, f"{label}.ceiling", PARTITIONS, target.replication)
+    env = bridge_env(target.db_url, target.bootstrap, f"bench-{label}", "unused.{aggregate_type}",
+                     target.replication, **(settings or {}))
+    result = run_ceiling(env, topic, events, target.keys)
+    if result["acked"] != events:
+        raise RuntimeError(f"ceiling {label}: {result['acked']} of {events} records acknowledged")
+    return result
+
+
+def bridge_vs_ceiling(ctx: Context, label: str, target: Target, events: int,
+                      settings: dict[str, str | int] | None = None, sample_rss: bool = False) -> dict[str, Any]:
+    """Ceiling, bridge, ceiling: the bridge's rate as a fraction of the mean of the two ceilings."""
+    before = ceiling(ctx, f"{label}-ceil-a", target, events, settings)
+    log.info("%s: ceiling before %.0f events/s", label, before["events_per_s"])
+    bridge = drain(ctx, label, target, events, settings, sample_rss=sample_rss)
+    log.info("%s: bridge %.0f events/s", label, bridge.events_per_s)
+    after = ceiling(ctx, f"{label}-ceil-b", target, events, settings)
+    log.info("%s: ceiling after %.0f events/s", label, after["events_per_s"])
+    mean_ceiling = (before["events_per_s"] + after["events_per_s"]) / 2
+    return {
+        "bridge": bridge.as_dict(),
+        "ceiling": {
+            "events_per_s": round(mean_ceiling, 1),
+            "payload_mb_per_s": round(mean_ceiling * PAYLOAD_BYTES / 1e6, 2),
+            "before_events_per_s": round(before["events_per_s"], 1),
+            "after_events_per_s": round(after["events_per_s"], 1),
+            "producer_settings": before["producer_settings"],
+        },
+        "fraction_of_ceiling": round(bridge.events_per_s / mean_ceiling, 3),
+        "settings": settings or {},
+        "_rss_samples": bridge.rss_samples,
+        "_rate_samples": bridge.rate_samples,
+    }
+
+
+def _start_profiler(pid: int, output: Path) -> subprocess.Popen[bytes] | None:
+    """py-spy attached to the bridge (raw collapsed stacks); None when py-spy is not installed."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        log.warning("py-spy is not installed (pip install py-spy); skipping the profile")
+        return None
+    output.parent.mkdir(parents=True, exist_ok=True)
+    time.sleep(1.5)  # skip interpreter start-up and imports
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "--nonblocking",
+                             "--output", str(output)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

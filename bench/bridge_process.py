@@ -1,0 +1,173 @@
+"""The bridge as users run it: `outbox-bridge run` in its own process, configured by environment.
+
+A separate process keeps the harness's own work off the bridge's interpreter and lets the memory
+benchmark sample the bridge's RSS alone (psutil, in a background thread).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+BRIDGE_EXE = Path(sys.executable).with_name("outbox-bridge")
+
+
+def bridge_env(db_url: str, bootstrap: str, name: str, topic_template: str, replication: int,
+               **settings: str | int | float) -> dict[str, str]:
+    """The environment for `outbox-bridge run`; settings are extra variables such as BRIDGE_LINGER_MS=20."""
+    env = {
+        "OUTBOX_DB_URL": db_url,
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "BRIDGE_NAME": name,
+        "BRIDGE_TOPIC_TEMPLATE": topic_template,
+        "BRIDGE_REPLICATION_FACTOR": str(replication),
+        "BRIDGE_METRICS_PORT": "0",
+    }
+    if replication < 3:
+        env["BRIDGE_ALLOW_SINGLE_BROKER"] = "true"
+    env.update({key: str(value) for key, value in settings.items()})
+    return env
+
+
+def child_environ(settings: Mapping[str, str]) -> dict[str, str]:
+    """The environment for a child process: the harness's own, minus any BRIDGE_*/OUTBOX_*/KAFKA_* variable
+    that would leak in, plus `settings`; `bench` importable from the repository root."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BRIDGE_", "OUTBOX_", "KAFKA_"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return {**env, **settings}
+
+
+@dataclass
+class RssSampler:
+    """Samples a process's resident set size every `interval` seconds until stopped."""
+
+    pid: int
+    interval: float = 0.1
+    samples: list[tuple[float, int]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> RssSampler:
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        process = psutil.Process(self.pid)
+        started = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.samples.append((time.monotonic() - started, process.memory_info().rss))
+            except psutil.Error:
+                return
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    @property
+    def peak(self) -> int:
+        return max((rss for _, rss in self.samples), default=0)
+
+
+class BridgeProcess:
+    """One `outbox-bridge run` subprocess, its log file, and optionally its RSS sampler."""
+
+    def __init__(self, env: Mapping[str, str], log_path: Path, sample_rss: bool = False) -> None:
+        self.env = dict(env)
+        self.log_path = log_path
+        self.sample_rss = sample_rss
+        self.process: subprocess.Popen[bytes] | None = None
+        self.rss: RssSampler | None = None
+        self.started_at = 0.0
+
+    def start(self) -> BridgeProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log_file:
+            self.started_at = time.monotonic()
+            self.process = subprocess.Popen([str(BRIDGE_EXE), "run"], env=child_environ(self.env), cwd=ROOT,
+                                            stdout=log_file, stderr=subprocess.STDOUT)
+        if self.sample_rss:
+            self.rss = RssSampler(self.process.pid).start()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout: float = 60) -> int:
+        """SIGTERM (graceful: drain, persist, release the lease) and wait; SIGKILL if it hangs."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        if self.rss is not None:
+            self.rss.stop()
+        return int(self.process.returncode)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: nothing is drained or persisted."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(10)
+        if self.rss is not None:
+            self.rss.stop()
+
+    def wait_leading(self, after_epoch: int = 0, timeout: float = 60) -> int:
+        """Wait until this bridge holds the lease (an epoch above `after_epoch`); return the epoch."""
+        from sqlalchemy import create_engine
+
+        from bridge.offsets import OffsetStore
+
+        engine = create_engine(self.env["OUTBOX_DB_URL"])
+        store = OffsetStore(engine, self.env["BRIDGE_NAME"])
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                self.check_running()
+                row = store.read()
+                if row is not None and row.epoch > after_epoch and row.owner and f":{self.pid}:" in row.owner:
+                    return row.epoch
+                time.sleep(0.05)
+        finally:
+            engine.dispose()
+        raise TimeoutError(f"the bridge did not take the lease within {timeout:.0f}s; log {self.log_path}")
+
+    def watermark(self) -> int:
+        """The bridge's persisted watermark (0 before its first persist)."""
+        from sqlalchemy import create_engine
+
+        from bridge.offsets import OffsetStore
+
+        engine = create_engine(self.env["OUTBOX_DB_URL"])
+        try:
+            row = OffsetStore(engine, self.env["BRIDGE_NAME"]).read()
+        finally:
+            engine.dispose()
+        return row.watermark if row is not None else 0
+
+    def check_running(self) -> None:
+        if not self.alive():
+            tail = self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+            raise RuntimeError(f"the bridge exited early (code {self.process and self.process.returncode}); "
+                               f"log {self.log_path}:\n{tail}")

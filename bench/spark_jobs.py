@@ -1,0 +1,166 @@
+"""Spark for B5 and B6: one shared local session, the projections under test, and a bare MERGE baseline.
+
+The projections are the project's own (`projections.runner.start` with `LatestState` and `EventLog`).
+The baseline is the least a correct projection can do: read Kafka with headers, parse the payload,
+keep the latest event per key (or one per event_id), and MERGE into Delta with the seq guard. It
+plays the part the bare producer plays for the bridge: the ceiling in the same run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.context import Context
+from bench.workload import EVENT_TYPE
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger("bench.spark")
+
+PAYLOAD_DDL = "order_id STRING NOT NULL, n BIGINT, amount_cents BIGINT, pad STRING"
+KINDS = ("latest_state", "event_log")
+
+
+def session(ctx: Context) -> SparkSession:
+    """The run's Spark session (local[2], as the target says), built once."""
+    if "spark" not in ctx.shared:
+        from projections.session import build_session
+
+        started = time.monotonic()
+        ctx.shared["spark"] = build_session(app_name=f"bench-{ctx.run_id}", master="local[2]",
+                                            warehouse=ctx.raw("spark-warehouse"), driver_memory="2g")
+        log.info("Spark session up in %.1fs", time.monotonic() - started)
+    return ctx.shared["spark"]  # type: ignore[no-any-return]
+
+
+def stop_session(ctx: Context) -> None:
+    spark = ctx.shared.pop("spark", None)
+    if spark is not None:
+        spark.stop()
+
+
+@dataclass
+class QueryRun:
+    """How a streaming query went: wall time from start to the end of its last batch, and each batch."""
+
+    events: int
+    seconds: float
+    batches: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        durations = [b["seconds"] for b in self.batches if b["rows"]]
+        busy = sum(durations)
+        return {
+            "events": self.events,
+            "seconds": round(self.seconds, 2),
+            "events_per_s": round(self.events / self.seconds, 1) if self.seconds else 0.0,
+            "batches": len(durations),
+            "batch_seconds": {"min": round(min(durations, default=0), 2), "max": round(max(durations, default=0), 2),
+                              "mean": round(busy / len(durations), 2) if durations else 0.0},
+            "events_per_s_in_batches": round(self.events / busy, 1) if busy else 0.0,
+        }
+
+
+def batches_of(query: StreamingQuery) -> list[dict[str, Any]]:
+    """Each micro-batch: rows, total seconds, and the seconds inside foreachBatch (`addBatch`)."""
+    return [{"batch": p["batchId"], "rows": p["numInputRows"],
+             "seconds": p["durationMs"].get("triggerExecution", 0) / 1000,
+             "apply_seconds": p["durationMs"].get("addBatch", 0) / 1000} for p in query.recentProgress]
+
+
+def drain(query: StreamingQuery, events: int, started: float, timeout: float = 1800) -> QueryRun:
+    """Wait for an availableNow query to finish; raise what it failed with."""
+    query.awaitTermination(timeout)
+    if query.isActive:
+        query.stop()
+        raise TimeoutError(f"streaming query {query.name} did not finish within {timeout:.0f}s")
+    error = query.exception()
+    if error is not None:
+        raise RuntimeError(f"streaming query {query.name} failed: {error}")
+    return QueryRun(events, time.monotonic() - started, batches_of(query))
+
+
+# ------------------------------------------------------------------------------------ the projections
+
+
+def projection(kind: str, name: str) -> Any:
+    """The project's projection of the benchmark events for one kind."""
+    from projections import EventLog, LatestState, Projection
+
+    kinds = {"latest_state": LatestState, "event_log": EventLog}
+    return Projection(name=name, kind=kinds[kind](), event_types={EVENT_TYPE: PAYLOAD_DDL},
+                      aggregate_types=("order",), description=f"benchmark {kind}")
+
+
+def start_projection(spark: SparkSession, kind: str, name: str, lake: Path, bootstrap: str, topic_template: str,
+                     available_now: bool, max_per_batch: int | None = None, trigger_s: float = 1.0,
+                     change_feed: bool = False) -> StreamingQuery:
+    """Create the projection's tables (optionally with Delta's change feed on), then start its query."""
+    from projections import runner
+    from projections.lake import Lake
+    from projections.settings import Settings
+
+    declared = projection(kind, name)
+    settings = Settings(bootstrap_servers=bootstrap, lake=str(lake), topic_template=topic_template,
+                        starting_offsets="earliest", max_offsets_per_trigger=max_per_batch,
+                        trigger_interval_s=trigger_s, available_now=available_now, metrics_port=0)
+    runner.prepare(spark, declared, Lake(settings.lake))
+    if change_feed:
+        spark.sql(f"ALTER TABLE delta.`{Lake(settings.lake).table(name)}` "
+                  "SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+    return runner.start(spark, declared, settings)
+
+
+# ------------------------------------------------------------------------------------- the baseline
+
+
+def _decoded(raw: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    headers = F.map_from_entries(F.col("headers"))
+    return raw.select(
+        F.col("key").cast("string").alias("aggregate_id"),
+        headers["event_id"].cast("string").alias("event_id"),
+        headers["event_type"].cast("string").alias("event_type"),
+        headers["seq"].cast("string").cast("long").alias("seq"),
+        F.to_timestamp(headers["occurred_at"].cast("string")).alias("occurred_at"),
+        F.from_json(F.col("value").cast("string"), PAYLOAD_DDL).alias("p"),
+    ).select("aggregate_id", "event_id", "event_type", "seq", "occurred_at", "p.*")
+
+
+_BASELINE_DDL = ("aggregate_id STRING, event_id STRING, event_type STRING, seq BIGINT, occurred_at TIMESTAMP, "
+                 f"{PAYLOAD_DDL.replace(' NOT NULL', '')}")
+
+
+def start_baseline(spark: SparkSession, kind: str, table: Path, checkpoint: Path, bootstrap: str, topic: str,
+                   max_per_batch: int) -> StreamingQuery:
+    """The bare foreachBatch MERGE with the seq guard (latest_state) or the event_id guard (event_log)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{table}` ({_BASELINE_DDL}) USING delta")
+
+    def apply(raw: DataFrame, batch_id: int) -> None:
+        events = _decoded(raw)
+        target = DeltaTable.forPath(spark, str(table)).alias("t")
+        if kind == "latest_state":
+            newest = Window.partitionBy("aggregate_id").orderBy(F.col("seq").desc())
+            source = events.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank")
+            (target.merge(source.alias("s"), "t.aggregate_id = s.aggregate_id")
+             .whenMatchedUpdateAll(condition="s.seq > t.seq").whenNotMatchedInsertAll().execute())
+        else:
+            source = events.dropDuplicates(["event_id"])
+            target.merge(source.alias("s"), "t.event_id = s.event_id").whenNotMatchedInsertAll().execute()
+
+    return (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+            .option("startingOffsets", "earliest").option("includeHeaders", "true")
+            .option("maxOffsetsPerTrigger", str(max_per_batch)).load()
+            .writeStream.queryName(f"baseline_{kind}").option("checkpointLocation", str(checkpoint))
+            .foreachBatch(apply).trigger(availableNow=True).start())
