@@ -121,7 +121,12 @@ def _toml_values(path: Path) -> dict[str, Any]:
         raise ConfigurationError(
             f"configuration file {path}: unknown settings {unknown}; known: {sorted(known)}"
         )
-    return {k: (v if k == "kafka" else _convert(k, v, f"{path}: {k}")) for k, v in data.items()}
+    values = {k: _convert(k, v, f"{path}: {k}") for k, v in data.items() if k != "kafka"}
+    if "kafka" in data:
+        if not isinstance(data["kafka"], dict):
+            raise ConfigurationError(f"configuration file {path}: [kafka] must be a table of kafka.* settings")
+        values["kafka"] = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in data["kafka"].items()}
+    return values
 
 
 def _convert(name: str, value: Any, origin: str) -> Any:
