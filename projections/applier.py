@@ -53,7 +53,13 @@ class BatchApplier:
         started = time.monotonic()
         try:
             stats = self.apply(raw, batch_id)
-        except Exception:
+        except Exception as exc:
+            if _interrupted(exc):
+                log.info(
+                    "batch interrupted by a stop; it runs again on restart",
+                    extra={"projection": self.projection.name, "batch_id": batch_id},
+                )
+                raise
             if self.metrics is not None:
                 self.metrics.batch_failed(self.projection.name)
             log.exception("batch failed", extra={"projection": self.projection.name, "batch_id": batch_id})
@@ -163,3 +169,9 @@ def _log_quarantined(projection: str, batch_id: int, bad: DataFrame, count: int)
         "events quarantined",
         extra={"projection": projection, "batch_id": batch_id, "count": count, "sample": sample},
     )
+
+
+def _interrupted(exc: BaseException) -> bool:
+    # query.stop() interrupts the stream thread; the JVM error then reaches Python as text.
+    text = str(exc)
+    return "java.lang.InterruptedException" in text or "ClosedByInterruptException" in text

@@ -70,6 +70,9 @@ class DemoProjection:
         return int(live_rows(spark, self.projections[1], self.lake).count())
 
     def show(self) -> None:
+        """Print current orders and per-minute counts, once every projection has caught up with Kafka."""
+        for query in self.queries:
+            query.processAllAvailable()
         spark = self._check()
         print("orders_current (live rows, newest first):")
         live_rows(spark, self.projections[1], self.lake).drop("field_seqs", "deleted_seq").orderBy(
@@ -82,7 +85,7 @@ class DemoProjection:
 
     def stop(self) -> None:
         for query in self.queries:
-            query.stop()
+            runner.stop_between_batches(query, timeout_s=30)
         self.queries.clear()
         if self.spark is not None:
             self.spark.stop()

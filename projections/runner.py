@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -116,7 +117,7 @@ def run(
         while query.isActive and not stopping.is_set():
             query.awaitTermination(1)
         if stopping.is_set():
-            query.stop()
+            stop_between_batches(query)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -126,3 +127,15 @@ def run(
             f"projection {projection.name} stopped on an error (restart resumes from its checkpoint): {error}"
         )
     log.info("projection stopped", extra={"projection": projection.name})
+
+
+def stop_between_batches(query: StreamingQuery, timeout_s: float = 60.0) -> None:
+    """Stop the query once no micro-batch is running (or after timeout_s).
+
+    Stopping mid-batch is safe (the batch runs again on restart and its Delta writes apply once) but wastes
+    the work and fills the log with the interruption.
+    """
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    query.stop()
