@@ -147,7 +147,7 @@ def _error(projection: Projection, payload: ResolvedPayload, parsed: dict[str, s
             missing = [F.when(F.col(f"{column}.{name}").isNull(), F.lit(name)) for name in required]
             checks.append(
                 (
-                    of_type & F.concat_ws("", *missing).isNotNull() & (F.concat_ws("", *missing) != ""),
+                    of_type & (F.concat_ws("", *missing) != ""),  # concat_ws skips nulls: "" when none missing
                     F.concat(
                         F.lit(f"payload of {event_type} lacks required field(s): "),
                         F.concat_ws(", ", *missing),

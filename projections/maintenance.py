@@ -48,8 +48,23 @@ def maintain(
         )
         row = metrics.first()
         done["files_added"], done["files_removed"] = (int(row[0]), int(row[1])) if row else (0, 0)
-        spark.sql(f"VACUUM delta.`{path}` RETAIN {int(retain_hours)} HOURS")
+        _vacuum(spark, path, retain_hours)
         done["vacuumed_retain_hours"] = retain_hours
         report["tables"][path] = done
         log.info("table maintained", extra={"projection": projection.name, "table": path, **done})
     return report
+
+
+def _vacuum(spark: SparkSession, path: str, retain_hours: int) -> None:
+    # VACUUM lists the table's files in parallelPartitionDiscovery.parallelism tasks (10,000 by default):
+    # minutes of empty tasks on a small driver. A few tasks per core lists any table this size quickly.
+    key = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+    previous = spark.conf.get(key, None)
+    spark.conf.set(key, str(max(8, 4 * spark.sparkContext.defaultParallelism)))
+    try:
+        spark.sql(f"VACUUM delta.`{path}` RETAIN {int(retain_hours)} HOURS")
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)
