@@ -162,17 +162,20 @@ def main(argv: list[str] | None = None) -> int:
             settle_deadline = None
             while True:
                 published = kafka_count(consumer, topic)
+                # Read each count once, so the frame shown and the decision to stop agree.
+                writing, written = generator.is_alive(), generator.written
                 rows = [
-                    ("events written to the outbox", str(generator.written)),
+                    ("events written to the outbox", str(written)),
                     ("bridge watermark (persisted seq)", str(watermark(db_url, "demo"))),
                     ("records in Kafka", str(published)),
                 ]
+                projected = None
                 if projection is not None:
-                    rows += [("events in the Delta event log", str(projection.event_count())),
+                    projected = projection.event_count()
+                    rows += [("events in the Delta event log", str(projected)),
                              ("orders in the latest-state table", str(projection.order_count()))]
                 live.update(render(rows))
-                done = not generator.is_alive() and published >= generator.written and (
-                    projection is None or projection.event_count() >= generator.written)
+                done = not writing and published >= written and (projected is None or projected >= written)
                 if done:
                     break
                 if not generator.is_alive():
