@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -76,11 +77,12 @@ def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topic
                 guard.create(topic)
                 report = guard.check(topic)
             elif report.problems:
-                report.problems = guard.fix(report)
+                guard.fix(report)
+                report = guard.check(topic)
         reports.append(report)
     unsafe = [r for r in reports if not r.safe]
     if as_json:
-        print(json.dumps([r.__dict__ | {"safe": r.safe} for r in reports], indent=2, default=str))
+        print(json.dumps([asdict(r) | {"safe": r.safe} for r in reports], indent=2, default=str))
     else:
         table = Table(title="bridge topics")
         for column in ("topic", "partitions", "rf", "min isr", "unclean", "verdict"):
