@@ -7,7 +7,8 @@ such transaction has finished, so that read is authoritative about the hole: a r
 delivered, a row absent is a permanent hole ("settled"). The reader publishes only the contiguous run
 after its cursor, so an event is never skipped, and never delivered twice or out of seq order.
 
-On PostgreSQL `low`/`high` are `pg_snapshot_xmin`/`pg_snapshot_xmax` of the read's snapshot; the rule
+On PostgreSQL `low` is `pg_snapshot_xmin` of the read's snapshot and `high` a fresh transaction id taken after
+it when the read sees a gap (`pg_snapshot_xmax` is only latestCompletedXid + 1, too low); the rule
 needs every writer to take its transaction id before its seq (see the first migration).
 """
 

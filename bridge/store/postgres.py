@@ -78,9 +78,24 @@ def read_visible(conn: Connection, after: int, limit: int) -> VisibleRows:
         result = conn.execute(query).mappings().all()
     except DBAPIError as exc:
         raise store_error(exc, f"reading domain_events after seq {after}") from exc
-    horizon = Horizon(low=int(result[0]["horizon_low"]), high=int(result[0]["horizon_high"]))
+    low, high = int(result[0]["horizon_low"]), int(result[0]["horizon_high"])
     rows = tuple(OutboxRow.from_mapping(row) for row in result if row["seq"] is not None)
-    return VisibleRows(rows, horizon)
+    if _has_gap(after, rows):
+        # pg_snapshot_xmax is latestCompletedXid + 1, not the next xid to be assigned: a writer that took
+        # its xid (and then a seq below a visible row) before this snapshot can still hold an xid at or
+        # above it, and would be settled as a hole while it runs. A fresh xid taken after the snapshot is
+        # above every xid assigned before it, so it is a safe mark. It costs one xid per read that sees
+        # a gap; this read's transaction ends (rolls back) right after, so it holds nothing back.
+        try:
+            high = max(high, int(conn.execute(select(_xid8_as_bigint(func.pg_current_xact_id()))).scalar_one()))
+        except DBAPIError as exc:
+            raise store_error(exc, "taking a transaction id to mark a hole") from exc
+    return VisibleRows(rows, Horizon(low=low, high=high))
+
+
+def _has_gap(after: int, rows: tuple[OutboxRow, ...]) -> bool:
+    """Whether the visible seqs after `after` skip one (rows come in seq order)."""
+    return bool(rows) and rows[-1].seq - after != len(rows)
 
 
 def poll(conn: Connection, tracker: HoleTracker, limit: int) -> Poll:
