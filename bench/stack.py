@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ log = logging.getLogger("bench.stack")
 ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = ROOT / ".run"
 LOCALSTACK = ROOT / "ops" / "localstack.py"
-PG_HOST, PG_PORT = "127.0.0.1", 55432
+PG_HOST, PG_PORT = "127.0.0.1", int(os.environ.get("OUTBOX_PG_PORT", "25432"))
 KAFKA1 = "127.0.0.1:9092"
 KAFKA3_CLUSTER, KAFKA3_PORT = "kafka3", 29092
 KAFKA3 = ",".join(f"127.0.0.1:{KAFKA3_PORT + i}" for i in range(3))

@@ -41,7 +41,9 @@ HOST = "127.0.0.1"
 
 MAIN_CLUSTER = "kafka"
 MAIN_KAFKA_PORT = int(os.environ.get("OUTBOX_KAFKA_PORT", "9092"))
-PG_PORT = int(os.environ.get("OUTBOX_PG_PORT", "55432"))
+# Below the kernel's ephemeral range (32768-60999), so no client connection can hold the port when a server
+# wants to bind it.
+PG_PORT = int(os.environ.get("OUTBOX_PG_PORT", "25432"))
 PG_DATABASE = "outbox"
 KAFKA_HEAP = os.environ.get("OUTBOX_KAFKA_HEAP", "-Xms128m -Xmx512m")
 
@@ -486,7 +488,7 @@ class Postgres:
                 as_pg_user(
                     # Two-phase transactions hold the horizon too; tests need them enabled (also for older data dirs).
                     [str(binaries / "pg_ctl"), "-D", str(self.data), "-l", str(self.log_file), "-w", "-t", "60",
-                     "-o", "-c max_prepared_transactions=20", "start"]
+                     "-o", f"-p {self.port} -c max_prepared_transactions=20", "start"]
                 ),
                 capture_output=True,
                 text=True,

@@ -37,8 +37,8 @@ def _make(target: str, env: dict[str, str]) -> str:
 @pytest.mark.timeout(600)
 def test_up_is_idempotent_and_down_leaves_nothing(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    kafka_port = os.environ.get("OUTBOX_LIFECYCLE_KAFKA_PORT", "39092")
-    pg_port = os.environ.get("OUTBOX_LIFECYCLE_PG_PORT", "56432")
+    kafka_port = os.environ.get("OUTBOX_LIFECYCLE_KAFKA_PORT", "31092")
+    pg_port = os.environ.get("OUTBOX_LIFECYCLE_PG_PORT", "26432")
     env = {**os.environ, "OUTBOX_RUN_DIR": str(run_dir), "OUTBOX_KAFKA_PORT": kafka_port,
            "OUTBOX_PG_PORT": pg_port, "BROKERS": "1"}
     # The postgres account must be able to reach its data directory under pytest's tmp directory.
