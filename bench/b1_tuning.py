@@ -1,7 +1,9 @@
 """B1 tuning sweep: one setting at a time away from the bridge's defaults, on the B1 backlog.
 
 Reader-side settings (read batch, in-flight window) are compared with the default ceiling; producer
-settings (linger, batch size, compression) change the ceiling too, so each gets its own.
+settings (linger, batch size, compression) change the ceiling too, so each gets its own. The variants
+run round-robin, ROUNDS times, so slow spells of the shared machine spread over all of them; the table
+gives the mean and the range.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from bench.context import Context
 from bench.stack import KAFKA1
 
 log = logging.getLogger("bench.b1_tuning")
+
+ROUNDS = 2
 
 # name -> (environment settings, whether they change the producer, so the ceiling)
 VARIANTS: dict[str, tuple[dict[str, str | int], bool]] = {
@@ -36,17 +40,26 @@ def run(ctx: Context) -> dict[str, Any]:
         return {"skipped": "not run in --quick mode"}
     url, _ = backlog_database(ctx)
     target = Target(url, KAFKA1, 1, KEYS)
-    default_ceiling = ceiling(ctx, "tune-ceil-defaults", target, events)["events_per_s"]
+    bridge: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    ceilings: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    for round_number in range(1, ROUNDS + 1):
+        default_ceiling = ceiling(ctx, f"tune{round_number}-ceil", target, events)["events_per_s"]
+        for index, (name, (settings, producer_side)) in enumerate(VARIANTS.items()):
+            label = f"tune{round_number}-{index}"
+            ceilings[name].append(ceiling(ctx, f"{label}-ceil", target, events, settings)["events_per_s"]
+                                  if producer_side else default_ceiling)
+            bridge[name].append(drain(ctx, label, target, events, settings).events_per_s)
+            log.info("tuning round %d %-34s bridge %7.0f/s ceiling %7.0f/s", round_number, name, bridge[name][-1],
+                     ceilings[name][-1])
     rows: dict[str, Any] = {}
-    for index, (name, (settings, producer_side)) in enumerate(VARIANTS.items()):
-        ceiling_rate = (ceiling(ctx, f"tune-ceil-{index}", target, events, settings)["events_per_s"]
-                        if producer_side else default_ceiling)
-        bridge = drain(ctx, f"tune-{index}", target, events, settings)
+    for name, (settings, _) in VARIANTS.items():
+        mean_bridge = sum(bridge[name]) / len(bridge[name])
+        mean_ceiling = sum(ceilings[name]) / len(ceilings[name])
         rows[name] = {
             "settings": settings,
-            "bridge_events_per_s": round(bridge.events_per_s, 1),
-            "ceiling_events_per_s": round(ceiling_rate, 1),
-            "fraction_of_ceiling": round(bridge.events_per_s / ceiling_rate, 3),
+            "bridge_events_per_s": round(mean_bridge, 1),
+            "bridge_range": [round(min(bridge[name])), round(max(bridge[name]))],
+            "ceiling_events_per_s": round(mean_ceiling, 1),
+            "fraction_of_ceiling": round(mean_bridge / mean_ceiling, 3),
         }
-        log.info("tuning %-34s bridge %7.0f/s ceiling %7.0f/s", name, bridge.events_per_s, ceiling_rate)
-    return {"events_per_variant": events, "broker": "1 broker", "variants": rows}
+    return {"events_per_variant": events, "rounds": ROUNDS, "broker": "1 broker", "variants": rows}

@@ -5,7 +5,9 @@ PostgreSQL, `outbox-bridge run` as a process, and the `latest_state` projection 
 (processing-time trigger) in the shared Spark session. Visibility is read afterwards from the table's
 change data feed (enabled on the table before the stream starts): an event is visible at the
 `_commit_timestamp` of the first table version whose row for its key carries its seq or a later one.
-The topic has LogAppendTime, which splits each latency into its bridge and projection parts.
+The topic has LogAppendTime, which splits each latency into its bridge and projection parts. The
+same pipeline then runs again with the bare MERGE baseline (`bench.spark_jobs`) in place of the
+projection: the floor that Spark and Delta set on this machine.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import logging
 import shutil
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -24,7 +27,7 @@ from bench.b3_latency import COMMITTED, percentiles
 from bench.backlog import PARTITIONS
 from bench.bridge_process import BridgeProcess, bridge_env
 from bench.context import Context
-from bench.spark_jobs import batches_of, session, start_projection
+from bench.spark_jobs import batches_of, session, start_baseline, start_projection
 from bench.stack import KAFKA1, pg_dsn
 from bench.topics import TIMESTAMP_LOG_APPEND_TIME, header, partition_ends, read_all
 from bench.workload import AGGREGATE_TYPE
@@ -37,6 +40,7 @@ TRIGGER_S = 1.0
 WARM_UP_S = 3.0
 KEYS = 10_000
 NAME = "bench_e2e"
+BASELINE_NAME = "baseline_e2e"
 
 
 def _caught_up(query: Any, topic: str) -> bool:
@@ -50,21 +54,37 @@ def _caught_up(query: Any, topic: str) -> bool:
 
 
 def run(ctx: Context) -> dict[str, Any]:
+    result = pipeline(ctx, "b6", baseline=False)
+    baseline = pipeline(ctx, "b6-base", baseline=True)
+    result["baseline"] = {key: baseline[key] for key in ("latency_s", "commit_to_kafka_s", "kafka_to_delta_s",
+                                                         "batches", "writer", "events_measured")}
+    result["_baseline_batches"] = baseline.pop("_batches")
+    return result
+
+
+def pipeline(ctx: Context, label: str, baseline: bool) -> dict[str, Any]:
+    """One live pipeline run: writers, bridge, topic, and the projection (or the bare MERGE baseline)."""
     rate, seconds = ctx.sizes.b6_rate, ctx.sizes.b6_seconds
     spark = session(ctx)
-    lake = ctx.raw("lake-b6")
-    url = ctx.scratch.database("b6")
-    topic = ctx.scratch.create_topic(KAFKA1, f"b6.{AGGREGATE_TYPE}", PARTITIONS, 1,
+    lake = ctx.raw(f"lake-{label}")
+    table = lake / (BASELINE_NAME if baseline else NAME)
+    url = ctx.scratch.database(label.replace("-", "_"))
+    topic = ctx.scratch.create_topic(KAFKA1, f"{label}.{AGGREGATE_TYPE}", PARTITIONS, 1,
                                      {"message.timestamp.type": "LogAppendTime"})
-    template = ctx.scratch.topic("b6.{aggregate_type}")
-    bridge = BridgeProcess(bridge_env(url, KAFKA1, "bench-b6", template, 1), ctx.raw("logs/bridge-b6.log")).start()
+    template = ctx.scratch.topic(f"{label}.{{aggregate_type}}")
+    bridge = BridgeProcess(bridge_env(url, KAFKA1, f"bench-{label}", template, 1),
+                           ctx.raw(f"logs/bridge-{label}.log")).start()
     query = None
     try:
         bridge.wait_leading()
-        query = start_projection(spark, "latest_state", NAME, lake, KAFKA1, template, available_now=False,
-                                 trigger_s=TRIGGER_S, change_feed=True)
-        commits_file = ctx.raw("commits/b6.txt")
-        writer = WriterProcess(pg_dsn(url.rsplit("/", 1)[1]), "b6", KEYS, Schedule.for_rate(rate, seconds),
+        if baseline:
+            query = start_baseline(spark, "latest_state", table, lake / "_cp_baseline", KAFKA1, topic,
+                                   trigger_s=TRIGGER_S, change_feed=True)
+        else:
+            query = start_projection(spark, "latest_state", NAME, lake, KAFKA1, template, available_now=False,
+                                     trigger_s=TRIGGER_S, change_feed=True)
+        commits_file = ctx.raw(f"commits/{label}.txt")
+        writer = WriterProcess(pg_dsn(url.rsplit("/", 1)[1]), label, KEYS, Schedule.for_rate(rate, seconds),
                                commits_file)
         written = writer.wait(timeout=seconds * 10 + 120)
         deadline = time.monotonic() + 300
@@ -78,7 +98,7 @@ def run(ctx: Context) -> dict[str, Any]:
             query.stop()
         bridge.stop()
     try:
-        result = _analyse(ctx, url, topic, lake, written, read_commits(commits_file))
+        result = _analyse(ctx, url, topic, table, written, read_commits(commits_file))
         durations = [b["seconds"] for b in batches if b["rows"]]
         result["batches"] = {"count": len(durations), "max_s": round(max(durations, default=0), 2),
                              "mean_s": round(sum(durations) / max(1, len(durations)), 2),
@@ -89,18 +109,18 @@ def run(ctx: Context) -> dict[str, Any]:
         shutil.rmtree(lake, ignore_errors=True)
 
 
-def _analyse(ctx: Context, url: str, topic: str, lake: Any, written: dict[str, Any],
+def _analyse(ctx: Context, url: str, topic: str, table: Path, written: dict[str, Any],
              commits: dict[int, float]) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     spark = session(ctx)
     from delta.tables import DeltaTable
 
-    history = DeltaTable.forPath(spark, str(lake / NAME)).history().select("version", "operation").collect()
+    history = DeltaTable.forPath(spark, str(table)).history().select("version", "operation").collect()
     enabled_at = min(int(h["version"]) for h in history if h["operation"] == "SET TBLPROPERTIES")
     versions: dict[str, list[tuple[int, float]]] = defaultdict(list)
     changes = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", enabled_at)
-               .load(str(lake / NAME)).where(F.col("_change_type").isin("insert", "update_postimage"))
+               .load(str(table)).where(F.col("_change_type").isin("insert", "update_postimage"))
                .select("aggregate_id", "seq", F.col("_commit_timestamp").cast("double").alias("visible")).collect())
     for row in changes:
         versions[row["aggregate_id"]].append((int(row["seq"]), float(row["visible"])))

@@ -46,6 +46,7 @@ class DrainResult:
     rss_samples: list[tuple[float, int]] = field(default_factory=list)
     rate_samples: list[tuple[float, int]] = field(default_factory=list)
     profile: Path | None = None
+    profile_seconds: float = 0.0
 
     @property
     def events_per_s(self) -> float:
@@ -72,12 +73,17 @@ def drain(ctx: Context, label: str, target: Target, events: int, settings: dict[
                      **(settings or {}))
     watch = TopicWatch(target.bootstrap, ctx.scratch.topic(f"{label}.{AGGREGATE_TYPE}"))
     bridge = BridgeProcess(env, ctx.raw(f"logs/bridge-{label}.log"), sample_rss=sample_rss).start()
+    if profile:
+        time.sleep(1.5)  # skip interpreter start-up and imports
     spy = _start_profiler(bridge.pid, ctx.raw(f"profiles/{label}.txt")) if profile else None
+    spy_started = time.monotonic()
+    spy_seconds = 0.0
     try:
         progress = watch.wait_for(events, timeout=max(600, events / 500), started_at=bridge.started_at,
                                   check=bridge.check_running)
     finally:
         if spy is not None:
+            spy_seconds = time.monotonic() - spy_started
             spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
             spy.wait(60)
         bridge.stop()
@@ -89,6 +95,7 @@ def drain(ctx: Context, label: str, target: Target, events: int, settings: dict[
         rss_samples=bridge.rss.samples if bridge.rss else [],
         rate_samples=[(round(t - started, 2), n) for t, n in progress.samples],
         profile=ctx.raw(f"profiles/{label}.txt") if profile else None,
+        profile_seconds=spy_seconds,
     )
 
 
@@ -137,6 +144,5 @@ def _start_profiler(pid: int, output: Path) -> subprocess.Popen[bytes] | None:
         log.warning("py-spy is not installed (pip install py-spy); skipping the profile")
         return None
     output.parent.mkdir(parents=True, exist_ok=True)
-    time.sleep(1.5)  # skip interpreter start-up and imports
     return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "--nonblocking",
                              "--output", str(output)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

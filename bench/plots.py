@@ -161,14 +161,16 @@ def _end_to_end(bench: dict[str, Any], _: dict[str, Any]) -> Any:
     if not b6.get("latency_s"):
         return None
     keys = ("p50", "p95", "p99", "max")
-    parts = (("commit to row visible", "latency_s"), ("commit to Kafka", "commit_to_kafka_s"),
-             ("Kafka to Delta", "kafka_to_delta_s"))
+    series = [("commit to row visible", b6["latency_s"]), ("commit to Kafka", b6["commit_to_kafka_s"]),
+              ("Kafka to Delta", b6["kafka_to_delta_s"])]
+    if b6.get("baseline"):
+        series.append(("commit to row visible, bare MERGE", b6["baseline"]["latency_s"]))
     figure, axis = plt.subplots(figsize=(8, 4.5))
-    width = 0.8 / len(parts)
-    for j, (label, field) in enumerate(parts):
-        values = [b6[field].get(k, 0) for k in keys]
-        axis.bar([i + (j - 1) * width for i in range(len(keys))], values, width, label=label,
-                 color=plt.cm.Greens(0.4 + 0.25 * j))
+    width = 0.8 / len(series)
+    for j, (label, values) in enumerate(series):
+        axis.bar([i + (j - (len(series) - 1) / 2) * width for i in range(len(keys))],
+                 [values.get(k, 0) for k in keys], width, label=label,
+                 color=CEILING if "bare" in label else plt.cm.Greens(0.4 + 0.25 * j))
     axis.axhline(2, color=TARGET, linestyle="dotted", label="target p50 2 s")
     axis.axhline(5, color=TARGET, linestyle="dashed", label="target p99 5 s")
     axis.set_xticks(range(len(keys)), keys)

@@ -114,7 +114,7 @@ def _summary(bench: dict[str, Any]) -> str:
         for rate, r in b3["rates"].items():
             lat = r["latency_ms"]
             at_target = int(rate) == 1000
-            lost = f"; **{r['lost']:,} events lost**" if r.get("lost") else ""
+            lost = f"; **{r['lost']:,} event{'s' if r['lost'] != 1 else ''} lost**" if r.get("lost") else ""
             rows.append(
                 f"| B3 | latency at {int(rate):,}/s offered ({r['writer']['achieved_rate']:,.0f}/s written) | "
                 f"p50 {_n(lat.get('p50'), 1)}, p95 {_n(lat.get('p95'), 1)}, p99 {_n(lat.get('p99'), 1)}, "
@@ -147,9 +147,12 @@ def _summary(bench: dict[str, Any]) -> str:
         rows.append(f"| B6 | end to end | {problem} | | p50 <= 2 s, p99 <= 5 s | {MISSED} |")
     else:
         lat = b6["latency_s"]
+        floor_latency = b6.get("baseline", {}).get("latency_s", {})
+        floor = (f"p50 {_n(floor_latency.get('p50'), 2)} s, p99 {_n(floor_latency.get('p99'), 2)} s (bare MERGE)"
+                 if floor_latency else DASH)
         rows.append(
             f"| B6 | commit to row visible at {b6['writer']['offered_rate']:,}/s | p50 {_n(lat.get('p50'), 2)} s, "
-            f"p99 {_n(lat.get('p99'), 2)} s | {DASH} | p50 <= 2 s, p99 <= 5 s | {_verdict(b6.get('meets_target'))} |")
+            f"p99 {_n(lat.get('p99'), 2)} s | {floor} | p50 <= 2 s, p99 <= 5 s | {_verdict(b6.get('meets_target'))} |")
     b7 = bench.get("B7")
     problem = _failed(b7)
     if problem:
@@ -206,15 +209,18 @@ def _b1(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
         lines += [
             "### Tuning tried",
             "",
-            f"One setting changed at a time from the defaults, {tuning['events_per_variant']:,} events each, 1 broker. "
-            "Producer settings change the ceiling too, so those rows have their own ceiling.",
+            f"One setting changed at a time from the defaults, {tuning['events_per_variant']:,} events each, 1 broker, "
+            f"{tuning.get('rounds', 1)} rounds round-robin (mean, and the range of the rounds). Producer settings "
+            "change the ceiling too, so those rows have their own ceiling.",
             "",
-            "| variant | settings | bridge events/s | ceiling events/s | bridge / ceiling |",
+            "| variant | settings | bridge events/s (range) | ceiling events/s | bridge / ceiling |",
             "|---|---|---|---|---|",
         ]
         for name, row in tuning["variants"].items():
             settings_text = ", ".join(f"`{k}={v}`" for k, v in row["settings"].items()) or "defaults"
-            lines.append(f"| {name} | {settings_text} | {_n(row['bridge_events_per_s'])} | "
+            spread = row.get("bridge_range")
+            spread_text = f" ({_n(spread[0])} to {_n(spread[1])})" if spread else ""
+            lines.append(f"| {name} | {settings_text} | {_n(row['bridge_events_per_s'])}{spread_text} | "
                          f"{_n(row['ceiling_events_per_s'])} | {row['fraction_of_ceiling']:.0%} |")
         lines.append(_image(images, "tuning", base, "tuning sweep"))
     profile = b1.get("profile")
@@ -223,8 +229,10 @@ def _b1(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
             "### Profile of the bridge (py-spy)",
             "",
             f"A separate, untimed drain of {profile['events']:,} events with py-spy attached at "
-            f"{profile['sampling_hz']} Hz ({profile['samples']:,} samples of the busy main thread, "
-            f"{_n(profile['events_per_s_while_profiled'])} events/s while profiled). Share of samples:",
+            f"{profile['sampling_hz']} Hz for {profile['seconds_profiled']} s ({profile['samples']:,} samples, "
+            f"{_n(profile['events_per_s_while_profiled'])} events/s while profiled)."
+            + (f" The main thread was busy (not idle in a system call) in {profile['busy_share']:.0%} of the "
+               "sampling time." if "busy_share" in profile else "") + " Share of samples:",
             "",
             "| self time (line) | share | | inclusive time (function) | share |",
             "|---|---|---|---|---|",
@@ -354,15 +362,21 @@ def _b6(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
         f"{b6['writer']['events']:,} events) -> PostgreSQL -> `outbox-bridge run` -> Kafka -> {b6['projection']} "
         f"every {b6['trigger_interval_s']} s -> Delta. From {b6['measured_from']} to the {b6['measured_to']} (Delta's "
         f"change data feed). First {b6['warm_up_excluded_s']:.0f} s left out. Micro-batches: {batches.get('count')}, "
-        f"mean {batches.get('mean_s')} s, max {batches.get('max_s')} s.",
+        f"mean {batches.get('mean_s')} s, max {batches.get('max_s')} s."
+        + (f" The same pipeline with the bare MERGE baseline in place of the projection (a second run, its own "
+           f"database and topic): micro-batches mean {b6['baseline']['batches'].get('mean_s')} s, max "
+           f"{b6['baseline']['batches'].get('max_s')} s." if b6.get("baseline") else ""),
         "",
         "| part | p50 s | p95 s | p99 s | max s |",
         "|---|---|---|---|---|",
     ]
     parts = (("commit to row visible", "latency_s"), ("commit to Kafka (LogAppendTime)", "commit_to_kafka_s"),
              ("Kafka to Delta", "kafka_to_delta_s"))
-    for label, field in parts:
-        v = b6[field]
+    rows = [(label, b6[field]) for label, field in parts]
+    floor = b6.get("baseline")
+    if floor:
+        rows += [(f"{label}, bare MERGE baseline", floor[field]) for label, field in parts]
+    for label, v in rows:
         lines.append(f"| {label} | {_n(v.get('p50'), 2)} | {_n(v.get('p95'), 2)} | {_n(v.get('p99'), 2)} | "
                      f"{_n(v.get('max'), 2)} |")
     lines += ["", f"Target p50 <= 2 s, p99 <= 5 s: {_verdict(b6.get('meets_target'))}. Events never published: "

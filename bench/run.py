@@ -81,9 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help=f"comma-separated subset of {', '.join(BENCHMARKS)}")
     parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run of a couple of minutes")
     parser.add_argument("--keep", action="store_true", help="keep the scratch databases and topics (debugging)")
+    parser.add_argument("--report", action="store_true",
+                        help="only redraw the plots and rewrite docs/BENCHMARKS.md from the stored results")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S",
                         stream=sys.stderr)
+    if args.report:
+        rewrite_report()
+        return 0
     logging.getLogger("py4j").setLevel(logging.WARNING)
     selected = _select(args.only)
     run_id = datetime.now(UTC).strftime("r%m%d%H%M%S")
@@ -131,6 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         log.error("failed: %s (see %s)", ", ".join(failed), raw_dir / "results.json")
     return 1 if failed else 0
+
+
+def rewrite_report() -> None:
+    """Plots and report from `bench/results/latest.json` and `samples.json`, without measuring anything."""
+    from bench import plots, report
+
+    latest = json.loads((RESULTS / "latest.json").read_text())
+    samples_path = RESULTS / "samples.json"
+    samples = json.loads(samples_path.read_text()) if samples_path.exists() else {}
+    REPORT.write_text(report.render(latest, plots.draw(latest, samples, RESULTS), REPORT.parent))
+    log.info("report rewritten: %s", REPORT)
 
 
 def publish(header: dict[str, Any], results: dict[str, Any], samples: dict[str, Any], raw_dir: Path,

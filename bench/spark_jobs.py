@@ -76,7 +76,7 @@ def batches_of(query: StreamingQuery) -> list[dict[str, Any]]:
 
 def drain(query: StreamingQuery, events: int, started: float, timeout: float = 1800) -> QueryRun:
     """Wait for an availableNow query to finish; raise what it failed with."""
-    query.awaitTermination(timeout)
+    query.awaitTermination(int(timeout))
     if query.isActive:
         query.stop()
         raise TimeoutError(f"streaming query {query.name} did not finish within {timeout:.0f}s")
@@ -139,13 +139,17 @@ _BASELINE_DDL = ("aggregate_id STRING, event_id STRING, event_type STRING, seq B
 
 
 def start_baseline(spark: SparkSession, kind: str, table: Path, checkpoint: Path, bootstrap: str, topic: str,
-                   max_per_batch: int) -> StreamingQuery:
-    """The bare foreachBatch MERGE with the seq guard (latest_state) or the event_id guard (event_log)."""
+                   max_per_batch: int | None = None, trigger_s: float | None = None,
+                   change_feed: bool = False) -> StreamingQuery:
+    """The bare foreachBatch MERGE with the seq guard (latest_state) or the event_id guard (event_log);
+    availableNow unless `trigger_s` asks for a processing-time trigger."""
     from delta.tables import DeltaTable
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{table}` ({_BASELINE_DDL}) USING delta")
+    if change_feed:
+        spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
 
     def apply(raw: DataFrame, batch_id: int) -> None:
         events = _decoded(raw)
@@ -159,8 +163,12 @@ def start_baseline(spark: SparkSession, kind: str, table: Path, checkpoint: Path
             source = events.dropDuplicates(["event_id"])
             target.merge(source.alias("s"), "t.event_id = s.event_id").whenNotMatchedInsertAll().execute()
 
-    return (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-            .option("startingOffsets", "earliest").option("includeHeaders", "true")
-            .option("maxOffsetsPerTrigger", str(max_per_batch)).load()
-            .writeStream.queryName(f"baseline_{kind}").option("checkpointLocation", str(checkpoint))
-            .foreachBatch(apply).trigger(availableNow=True).start())
+    reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+              .option("startingOffsets", "earliest").option("includeHeaders", "true"))
+    if max_per_batch is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_per_batch))
+    writer = (reader.load().writeStream.queryName(f"baseline_{kind}").option("checkpointLocation", str(checkpoint))
+              .foreachBatch(apply))
+    if trigger_s is None:
+        return writer.trigger(availableNow=True).start()
+    return writer.trigger(processingTime=f"{trigger_s} seconds").start()
