@@ -52,6 +52,21 @@ def _git(*args: str) -> str:
     return result.stdout.strip()
 
 
+def settings() -> dict[str, Any]:
+    """The bridge's defaults (what every benchmark runs with unless it says otherwise) and the Spark setup."""
+    from bridge.config import BridgeConfig
+
+    defaults = BridgeConfig()
+    names = ("max_in_flight", "max_in_flight_bytes", "read_batch_size", "persist_interval_s", "poll_interval_min_ms",
+             "poll_interval_max_ms", "lease_timeout_s", "linger_ms", "batch_size", "compression",
+             "delivery_timeout_ms")
+    return {
+        "bridge_defaults": {name: str(getattr(defaults, name)) for name in names},
+        "topic_partitions": 6,
+        "spark": {"master": "local[2]", "driver_memory": "2g", "shuffle_partitions": 4},
+    }
+
+
 def versions() -> dict[str, Any]:
     import confluent_kafka
 

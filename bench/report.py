@@ -73,6 +73,12 @@ def _header(results: dict[str, Any]) -> str:
         f"psycopg {versions.get('psycopg')}, PySpark {versions.get('pyspark')}, delta-spark "
         f"{versions.get('delta_spark')}; code at commit {versions.get('git_commit')}",
     ]
+    run_settings = results.get("settings")
+    if run_settings:
+        bridge = ", ".join(f"{k} {v}" for k, v in run_settings["bridge_defaults"].items())
+        spark = ", ".join(f"{k} {v}" for k, v in run_settings["spark"].items())
+        lines.append(f"- Bridge settings unless a benchmark says otherwise (the defaults): {bridge}; topics of "
+                     f"{run_settings['topic_partitions']} partitions. Spark: {spark}")
     pending = versions.get("uncommitted_in_bridge_or_projections")
     if pending:
         lines.append(f"- Uncommitted work in progress in the tree while measuring: {', '.join(pending)}")

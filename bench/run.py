@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.context import FULL, QUICK, Context
-from bench.machine import machine, versions
+from bench.machine import machine, settings, versions
 from bench.stack import ROOT, Scratch, ensure_stack
 
 log = logging.getLogger("bench")
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                   scratch=Scratch(run_id), shared={})
     started = datetime.now(UTC)
     header = {"run_id": run_id, "mode": "quick" if args.quick else "full", "started_at": started.isoformat(),
-              "machine": machine(), "versions": versions(), "sizes": ctx.sizes.as_dict()}
+              "machine": machine(), "versions": versions(), "settings": settings(), "sizes": ctx.sizes.as_dict()}
     log.info("run %s (%s): %s", run_id, header["mode"], ", ".join(selected))
     results: dict[str, Any] = {}
     samples: dict[str, Any] = {}
