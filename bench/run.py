@@ -126,7 +126,11 @@ def main(argv: list[str] | None = None) -> int:
 
             stop_session(ctx)
         if not args.keep:
-            ctx.scratch.cleanup()
+            try:
+                ctx.scratch.cleanup()
+            except Exception as exc:  # noqa: BLE001 - the results are worth keeping even if cleanup fails
+                log.error("cleanup failed (remove bench_%s_* databases and bench.%s.* topics by hand): %s",
+                          run_id, run_id, exc)
     header["finished_at"] = datetime.now(UTC).isoformat()
     header["load_average_end"] = machine()["load_average"]
     (raw_dir / "samples.json").write_text(json.dumps(samples))

@@ -148,16 +148,15 @@ class Scratch:
                         log.warning("could not delete topic %s: %s", topic, exc)
             except KafkaException as exc:
                 log.warning("could not list topics on %s for cleanup: %s", bootstrap, exc)
-        if self.databases:
-            with psycopg.connect(pg_dsn("postgres"), autocommit=True) as conn:
-                for db in self.databases:
-                    for attempt in range(5):
-                        try:
-                            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-                            break
-                        except psycopg.Error as exc:
-                            log.warning("could not drop database %s (attempt %d): %s", db, attempt + 1, exc)
-                            time.sleep(2)
+        for db in self.databases:
+            for attempt in range(5):
+                try:
+                    with psycopg.connect(pg_dsn("postgres"), autocommit=True, connect_timeout=10) as conn:
+                        conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+                    break
+                except psycopg.Error as exc:
+                    log.warning("could not drop database %s (attempt %d): %s", db, attempt + 1, exc)
+                    time.sleep(2)
         for path in self.sqlite_files:
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
