@@ -31,7 +31,7 @@ from bridge.metrics import BridgeMetrics
 from bridge.offsets import Lease, OffsetStore
 from bridge.producer_settings import producer_settings
 from bridge.publisher import KafkaPublisher, Publisher
-from bridge.records import DEFAULT_MAX_MESSAGE_BYTES, KafkaRecord, build_record
+from bridge.records import DEFAULT_MAX_MESSAGE_BYTES, KafkaRecord, TopicRouter, build_record
 from bridge.source import OutboxSource, make_engine, make_source
 from bridge.store.rows import OutboxRow
 from bridge.topics import TopicGuard, TopicPolicy
@@ -59,7 +59,7 @@ RECORD_REFUSED = frozenset({
 REWIND_DRAIN_S = 10.0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Sent:
     """What the delivery report needs to know about a record in flight."""
 
@@ -92,6 +92,8 @@ class BridgeDaemon:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._checked_topics: dict[str, int] = {}
+        self._route = TopicRouter(config.topic_for)
+        self._published: dict[str, Any] = {}  # topic -> its events_published child, looked up once
         self._sent: dict[int, _Sent] = {}
         self._tracker: AckTracker | None = None
         self.last_error: str | None = None
@@ -322,12 +324,12 @@ class BridgeDaemon:
             if refused is not None:
                 raise PoisonEventError(row.seq, f"Kafka refused the record: {refused}")
             try:
-                topic = self.config.topic_for(row.aggregate_type)
+                topic = self._route(row.aggregate_type)
             except ValueError:
                 limit = self._producer_limit()  # unroutable: build_record says so
             else:
                 limit = min(self._topic_limit(topic), self._producer_limit())
-            return build_record(row, self.config.topic_for, limit)
+            return build_record(row, self._route, limit)
         except PoisonEventError as exc:
             self.metrics.poison_events.labels(policy=self.config.poison_policy.value).inc()
             if self.config.poison_policy is PoisonPolicy.HALT:
@@ -350,12 +352,12 @@ class BridgeDaemon:
         ]
         key = (row.aggregate_id or f"seq-{row.seq}").encode()[:1024]
         value = row.payload.encode()
-        record = KafkaRecord(row.seq, topic, key, value, headers)
+        record = KafkaRecord.of(row.seq, topic, key, value, headers)
         if record.size > limit:
             # Too large even for the dead-letter topic: keep what fits, and say so.
             headers.append(("dlq_payload_truncated_from", str(len(value)).encode()))
             value = value[: max(0, limit - (record.size - len(value)) - 64)]
-            record = KafkaRecord(row.seq, topic, key, value, headers)
+            record = KafkaRecord.of(row.seq, topic, key, value, headers)
         return record
 
     def _producer_limit(self) -> int:
@@ -396,7 +398,10 @@ class BridgeDaemon:
             self._solo_seq = None
             self._suspects.pop(seq, None)
         if tracker.ack(seq, generation) and sent is not None:
-            self.metrics.events_published.labels(topic=sent.topic).inc()
+            published = self._published.get(sent.topic)
+            if published is None:
+                published = self._published[sent.topic] = self.metrics.events_published.labels(topic=sent.topic)
+            published.inc()
             self.metrics.commit_to_ack_seconds.observe(max(0.0, time.time() - sent.occurred_at))
 
     # ------------------------------------------------------------------------------------- persist

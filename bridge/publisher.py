@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -73,7 +73,7 @@ class KafkaPublisher:
                 self.failure = DeliveryFailure(seq, err.code(), err.str(), fatal=err.fatal())
             self._on_delivery(seq, generation, err)
 
-        headers: list[tuple[str, str | bytes | None]] = list(record.headers)
+        headers = cast(list[tuple[str, str | bytes | None]], record.headers)  # read, never changed
         while True:
             try:
                 self._producer.produce(

@@ -19,17 +19,44 @@ _RECORD_OVERHEAD: Final = 128
 
 @dataclass(frozen=True, slots=True)
 class KafkaRecord:
-    """A record ready for `Producer.produce`."""
+    """A record ready for `Producer.produce`; `size` is computed once, by `of`."""
 
     seq: int
     topic: str
     key: bytes
     value: bytes
     headers: list[tuple[str, bytes]]
+    size: int
 
-    @property
-    def size(self) -> int:
-        return len(self.key) + len(self.value) + sum(len(k) + len(v) for k, v in self.headers) + _RECORD_OVERHEAD
+    @classmethod
+    def of(cls, seq: int, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> KafkaRecord:
+        size = len(key) + len(value) + _RECORD_OVERHEAD
+        for name, header in headers:
+            size += len(name) + len(header)
+        return cls(seq, topic, key, value, headers, size)
+
+
+class TopicRouter:
+    """Remembers `route` per aggregate type, so the template and the name check run once per type,
+    not once per event. Refusals are remembered too; past `limit` types it stops remembering."""
+
+    def __init__(self, route: Callable[[str], str], limit: int = 10_000) -> None:
+        self._route = route
+        self._limit = limit
+        self._known: dict[str, str | ValueError] = {}
+
+    def __call__(self, aggregate_type: str) -> str:
+        known = self._known.get(aggregate_type)
+        if known is None:
+            try:
+                known = self._route(aggregate_type)
+            except ValueError as exc:
+                known = exc
+            if len(self._known) < self._limit:
+                self._known[aggregate_type] = known
+        if isinstance(known, ValueError):
+            raise ValueError(str(known))
+        return known
 
 
 def build_record(
@@ -58,7 +85,7 @@ def build_record(
     ]
     if row.headers:
         headers.extend(_row_headers(row))
-    record = KafkaRecord(row.seq, topic, row.aggregate_id.encode(), row.payload.encode(), headers)
+    record = KafkaRecord.of(row.seq, topic, row.aggregate_id.encode(), row.payload.encode(), headers)
     if record.size > max_message_bytes:
         raise PoisonEventError(
             row.seq,

@@ -82,6 +82,8 @@ class UtcTimestamp(TypeDecorator[datetime]):
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
+        if value.__class__ is datetime and value.tzinfo is UTC:
+            return value  # the common case on PostgreSQL (the bridge's sessions run in UTC): nothing to do
         parsed = datetime.fromisoformat(value) if isinstance(value, str) else value
         if not isinstance(parsed, datetime):
             raise TypeError(f"expected a timestamp, the database returned {value!r}")

@@ -191,7 +191,18 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4)
+    engine = create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4)
+    if engine.dialect.name == "postgresql":
+
+        @event.listens_for(engine, "connect")
+        def _utc_session(dbapi_conn: Any, _: Any) -> None:
+            # Timestamps then arrive already in UTC, and the row reader has nothing to convert.
+            cursor = dbapi_conn.cursor()
+            cursor.execute("SET TIME ZONE 'UTC'")
+            cursor.close()
+            dbapi_conn.commit()
+
+    return engine
 
 
 def make_source(engine: Engine, cursor: int) -> OutboxSource:

@@ -76,9 +76,11 @@ def build_session(
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
-        # Fewer, larger files from frequent micro-batches.
-        "spark.databricks.delta.optimizeWrite.enabled": "true",
-        "spark.databricks.delta.autoCompact.enabled": "true",
+        # No synchronous compaction or extra shuffle after every micro-batch: both cost more per batch
+        # than they save on local[2] (see docs/BENCHMARKS.md, B5). `outbox-projections maintain`
+        # compacts (OPTIMIZE) on a schedule instead.
+        "spark.databricks.delta.optimizeWrite.enabled": "false",
+        "spark.databricks.delta.autoCompact.enabled": "false",
         # Delta rebuilds a table's state in this many tasks (default 50); small tables want few.
         "spark.databricks.delta.snapshotPartitions": str(max(1, shuffle_partitions)),
     }

@@ -75,11 +75,12 @@ def read_visible(conn: Connection, after: int, limit: int) -> VisibleRows:
         .order_by(events.c.seq)
     )
     try:
-        result = conn.execute(query).mappings().all()
+        result = conn.execute(query).all()
     except DBAPIError as exc:
         raise store_error(exc, f"reading domain_events after seq {after}") from exc
-    low, high = int(result[0]["horizon_low"]), int(result[0]["horizon_high"])
-    rows = tuple(OutboxRow.from_mapping(row) for row in result if row["seq"] is not None)
+    low, high = int(result[0][0]), int(result[0][1])
+    # Positional: after the two horizon columns come ROW_COLUMNS, in OutboxRow's field order.
+    rows = tuple(OutboxRow(*row[2:]) for row in result if row[2] is not None)
     if _has_gap(after, rows):
         # pg_snapshot_xmax is latestCompletedXid + 1, not the next xid to be assigned: a writer that took
         # its xid (and then a seq below a visible row) before this snapshot can still hold an xid at or

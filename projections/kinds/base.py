@@ -17,10 +17,11 @@ if TYPE_CHECKING:
     from projections.lake import Lake
     from projections.txn import Txn
 
-# Fewer, larger files from frequent micro-batches: Delta bins writes and compacts small files after commits.
+# No compaction inside each micro-batch's commit (it made every batch slower on local[2]; B5 in
+# docs/BENCHMARKS.md): small files are compacted by `outbox-projections maintain` (OPTIMIZE) instead.
 TABLE_PROPERTIES: Final = {
-    "delta.autoOptimize.optimizeWrite": "true",
-    "delta.autoOptimize.autoCompact": "true",
+    "delta.autoOptimize.optimizeWrite": "false",
+    "delta.autoOptimize.autoCompact": "false",
 }
 
 
