@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import getpass
 import json
-import re
 import socket
 import time
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from sqlalchemy import and_, delete, func, insert, select, update
 from sqlalchemy.engine import Engine
 
 from bridge.config import BridgeConfig
+from bridge.config import parse_duration as config_duration
 from bridge.errors import OutboxError
 from bridge.offsets import OffsetStore
 from bridge.schema import bridge_replay_audit, domain_events
@@ -212,15 +212,13 @@ def _progress(enabled: bool) -> Progress:
                     console=console, disable=not enabled)
 
 
-_DURATION = re.compile(r"^(\d+)([smhdw])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
 def parse_duration(text: str) -> timedelta:
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise RefusedError(f"--older-than {text!r} is not a duration; use a number and a unit, e.g. 90m, 12h, 7d")
-    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    try:
+        return config_duration(text)
+    except ValueError:
+        raise RefusedError(
+            f"--older-than {text!r} is not a duration; use a number and a unit, e.g. 90m, 12h, 7d"
+        ) from None
 
 
 def cleanup(config: BridgeConfig, older_than: timedelta, dry_run: bool, batch_size: int = 1000,

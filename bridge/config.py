@@ -15,6 +15,7 @@ import re
 import string
 import tomllib
 from collections.abc import Mapping
+from datetime import timedelta
 from enum import Enum, StrEnum
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -70,6 +71,8 @@ ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType(
         "producer_extra": "BRIDGE_PRODUCER_EXTRA",
         "allow_unsafe_producer": "BRIDGE_ALLOW_UNSAFE_PRODUCER",
         "log_level": "BRIDGE_LOG_LEVEL",
+        "retention": "BRIDGE_RETENTION",
+        "retention_interval_s": "BRIDGE_RETENTION_INTERVAL_S",
     }
 )
 TOML_PRODUCER_TABLE: Final = "producer"
@@ -111,6 +114,18 @@ class LogLevel(StrEnum):
     def _missing_(cls, value: object) -> LogLevel | None:
         # Accept "debug" as well as "DEBUG"; pydantic falls back to this before refusing.
         return cls.__members__.get(value.upper()) if isinstance(value, str) else None
+
+
+_DURATION: Final = re.compile(r"^(\d+)([smhdw])$")
+_DURATION_UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """A duration like 90m, 12h, 7d or 2w; ValueError naming the value otherwise."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a duration; use a positive number and a unit (s, m, h, d, w), e.g. 7d")
+    return timedelta(**{_DURATION_UNITS[match.group(2)]: int(match.group(1))})
 
 
 def is_legal_topic_name(name: str) -> bool:
@@ -208,6 +223,13 @@ class BridgeConfig(BaseSettings):
         default=1000, ge=1, le=60_000, description="outbox poll interval when idle"
     )
     lease_timeout_s: float = Field(default=10.0, ge=1, le=3600, description="a silent leader loses its lease")
+    retention: str | None = Field(
+        default=None,
+        description="delete published rows older than this (90m, 12h, 7d, 2w); unset keeps every row",
+    )
+    retention_interval_s: float = Field(
+        default=300.0, ge=1, le=86_400, description="seconds between retention passes of the active instance"
+    )
     poison_policy: PoisonPolicy = Field(default=PoisonPolicy.HALT, description="on an unpublishable event")
     dlq_topic: str = Field(default="outbox.dlq.{bridge_name}", description="dead-letter topic")
     topic_partitions: int = Field(default=6, ge=1, le=10_000, description="partitions of topics it creates")
@@ -257,6 +279,20 @@ class BridgeConfig(BaseSettings):
         except NoSuchModuleError:
             raise ValueError(f"SQLAlchemy has no database dialect {url.drivername!r}") from None
         return value
+
+    @field_validator("retention")
+    @classmethod
+    def _retention(cls, value: str | None) -> str | None:
+        if value is None or value.strip() == "":
+            return None
+        if parse_duration(value).total_seconds() == 0:  # ValueError names the value and the accepted forms
+            raise ValueError(f"{value!r} would delete every row as soon as it is published; use e.g. 7d")
+        return value.strip()
+
+    @property
+    def retention_period(self) -> timedelta | None:
+        """`retention` as a timedelta, or None when rows are kept."""
+        return parse_duration(self.retention) if self.retention else None
 
     @field_validator("bootstrap_servers")
     @classmethod

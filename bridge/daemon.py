@@ -105,6 +105,8 @@ class BridgeDaemon:
         self._suspects: dict[int, str] = {}
         self._refused: dict[int, str] = {}
         self._solo_seq: int | None = None
+        self._leading = False
+        self.retention_passes = 0
 
     # ------------------------------------------------------------------------------------ lifecycle
 
@@ -127,6 +129,8 @@ class BridgeDaemon:
     def run(self) -> int:
         """Wait for the lease, publish while holding it, and return an exit code when stopped."""
         backoff = Backoff(BackoffPolicy(initial_s=0.2, cap_s=5.0))
+        if self.config.retention_period is not None:
+            threading.Thread(target=self._retention_loop, name="outbox-retention", daemon=True).start()
         try:
             while not self._stop.is_set():
                 try:
@@ -171,9 +175,36 @@ class BridgeDaemon:
         return None
 
     def _set_leader(self, leader: bool, epoch: int | None = None) -> None:
+        self._leading = leader
         self.metrics.is_leader.set(1 if leader else 0)
         if epoch is not None:
             self.metrics.epoch.set(epoch)
+
+    def _retention_loop(self) -> None:
+        """Every `retention_interval_s`, while this instance leads, delete published rows past retention.
+
+        The same work as `outbox-bridge cleanup --older-than`: small batches, never above the persisted
+        watermark. It runs beside the publishing loop, on its own connections, so publishing goes on.
+        """
+        from bridge.admin import cleanup
+
+        period = self.config.retention_period
+        assert period is not None
+        while not self._stop.wait(self.config.retention_interval_s):
+            if not self._leading:
+                continue
+            try:
+                result = cleanup(self.config, period, dry_run=False, show_progress=False)
+            except Exception as exc:  # noqa: BLE001 - a failed pass is retried next interval; publishing goes on
+                self._note_error("retention", exc)
+                log.warning("retention pass failed; retrying next interval",
+                            extra={"error": str(exc), "retry_in_s": self.config.retention_interval_s})
+                continue
+            self.retention_passes += 1
+            self.metrics.retention_deleted.inc(result["deleted"])
+            if result["deleted"]:
+                log.info("retention pass", extra={"deleted": result["deleted"], "watermark": result["watermark"],
+                                                  "cutoff": result["cutoff"]})
 
     # ---------------------------------------------------------------------------------- leadership
 

@@ -29,6 +29,7 @@ IS_LEADER: Final = "outbox_is_leader"
 EPOCH: Final = "outbox_epoch"
 LAST_PERSIST_TIMESTAMP_SECONDS: Final = "outbox_last_persist_timestamp_seconds"
 COMMIT_TO_ACK_SECONDS: Final = "outbox_commit_to_ack_seconds"
+RETENTION_DELETED: Final = "outbox_retention_deleted_total"
 
 METRIC_NAMES: Final = (
     EVENTS_PUBLISHED,
@@ -49,6 +50,7 @@ METRIC_NAMES: Final = (
     EPOCH,
     LAST_PERSIST_TIMESTAMP_SECONDS,
     COMMIT_TO_ACK_SECONDS,
+    RETENTION_DELETED,
 )
 
 _HISTOGRAMS: Final = frozenset({COMMIT_TO_ACK_SECONDS})
@@ -102,6 +104,11 @@ class BridgeMetrics:
             POISON_EVENTS,
             "Events that can never be published as they are, by poison policy.",
             ["policy"],
+            registry=r,
+        )
+        self.retention_deleted = Counter(
+            RETENTION_DELETED,
+            "Published rows deleted from the outbox by the retention setting (BRIDGE_RETENTION).",
             registry=r,
         )
         self.producer_rebuilds = Counter(

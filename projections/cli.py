@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from bridge.errors import ConfigurationError, OutboxError
-from projections.errors import UnknownProjectionError
+from projections.errors import RefusedError, UnknownProjectionError
 
 log = logging.getLogger("projections.cli")
 
@@ -160,64 +160,132 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace, replay: bool = False) -> int:
+def _serve_metrics(spark: Any, settings: Any, name: str) -> tuple[Any, Any]:
     from prometheus_client import start_http_server
 
-    from projections import runner
-    from projections.lake import Lake, delete_path
     from projections.metrics import ProgressListener, ProjectionMetrics
+
+    if not settings.metrics_port:
+        return None, None
+    metrics = ProjectionMetrics()
+    spark.streams.addListener(ProgressListener(metrics, {name}))
+    server, _ = start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=metrics.registry)
+    log.info("serving /metrics", extra={"address": f"http://{settings.metrics_host}:{settings.metrics_port}"})
+    return metrics, server
+
+
+def _locked(lake: Any, name: str) -> Any:
+    """The projection's lock, taken at once, or RefusedError naming who holds it."""
+    from projections.lock import ProjectionLock
+
+    lock = ProjectionLock(lake, name)
+    if not lock.acquire(0):
+        raise RefusedError(
+            f"projection {name} is already running ({lock.holder()}, lock {lock.path}); stop that instance first"
+        )
+    return lock
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from projections import runner
+    from projections.lake import Lake
 
     settings = _settings(args)
     projection = _catalog(settings).get(args.name)
     projection.source_option(settings.topic_template)  # a bad template fails before Spark starts
     log.info("effective settings", extra={"projection": projection.name, "settings": settings.masked()})
-    spark = _session(f"projection-{projection.name}")
-    lake = Lake(settings.lake)
-    if replay:
-        # A new checkpoint brings a new txnAppId (it lives in the checkpoint), so batch ids may restart at 0.
-        removed = delete_path(lake.checkpoint(projection.name), spark)
-        if args.rebuild:
-            for path in (
-                lake.table(projection.name),
-                lake.staging(projection.name),
-                lake.progress(projection.name),
-            ):
-                delete_path(path, spark)
-        log.info(
-            "checkpoint reset",
-            extra={"projection": projection.name, "existed": removed, "rebuild": bool(args.rebuild)},
-        )
-    metrics = None
-    server = None
-    if settings.metrics_port:
-        metrics = ProjectionMetrics()
-        spark.streams.addListener(ProgressListener(metrics, {projection.name}))
-        server, _ = start_http_server(
-            settings.metrics_port, addr=settings.metrics_host, registry=metrics.registry
-        )
-        log.info(
-            "serving /metrics", extra={"address": f"http://{settings.metrics_host}:{settings.metrics_port}"}
-        )
-    try:
-        runner.run(spark, projection, settings, metrics)
-    finally:
-        if server is not None:
-            server.shutdown()
-        spark.stop()
+    with _locked(Lake(settings.lake), projection.name):
+        spark = _session(f"projection-{projection.name}")
+        metrics, server = _serve_metrics(spark, settings, projection.name)
+        try:
+            runner.run(spark, projection, settings, metrics)
+        finally:
+            if server is not None:
+                server.shutdown()
+            spark.stop()
     return 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    if not args.yes:
+    import dataclasses
+
+    from projections import replay, runner
+    from projections.lake import Lake
+    from projections.lock import ProjectionLock
+
+    settings = _settings(args)
+    projection = _catalog(settings).get(args.name)
+    projection.source_option(settings.topic_template)
+    if args.rebuild and not args.in_place:
         print(
-            f"replay resets the checkpoint of {args.name} and reads its topics again from --starting-offsets "
-            "(default earliest); the tables stay (every kind is idempotent) unless --rebuild. "
-            "Stop any running "
-            "instance first, then repeat with --yes.",
+            "--rebuild goes with --in-place: without it the replay already builds a new table and switches "
+            "over to it",
             file=sys.stderr,
         )
-        return EXIT_REFUSED
-    return cmd_run(args, replay=True)
+        return EXIT_USAGE
+    replay.parse_from_offset(args.from_offset)  # a malformed value fails before Kafka is asked
+    starting = replay.resolve(args.from_offset, projection, settings)
+    lake = Lake(settings.lake)
+    plan = {
+        "projection": projection.name,
+        "mode": "in place" if args.in_place else "new table, then switch over",
+        "from_offset": starting.spec,
+        "starting_offsets": starting.offsets,
+        "live_table": lake.table(projection.name),
+        "rebuild": bool(args.rebuild),
+    }
+    if args.dry_run or not args.yes:
+        print(json.dumps(plan, indent=2))
+        if not args.dry_run:
+            print(
+                "Nothing changed. "
+                + (
+                    "Stop the running instance (the replay resets its checkpoint), then repeat with --yes."
+                    if args.in_place
+                    else "Repeat with --yes: the live table keeps serving readers while the new one is built; "
+                    "the switch waits for the live instance to stop."
+                ),
+                file=sys.stderr,
+            )
+            return EXIT_REFUSED
+        return 0
+    log.info("replay", extra=plan)
+
+    def announce(message: str) -> None:
+        print(f"[replay {projection.name}] {message}", file=sys.stderr, flush=True)
+        log.info(message, extra={"projection": projection.name})
+
+    lock: Any = None
+    spark = None
+    server = None
+    try:
+        if args.in_place:
+            lock = _locked(lake, projection.name)
+            spark = _session(f"projection-replay-{projection.name}")
+            removed = replay.reset_in_place(spark, projection, lake, bool(args.rebuild))
+            announce(f"checkpoint reset (existed: {removed}, rebuild: {bool(args.rebuild)}); "
+                     f"reading from {starting.describe()}")
+            metrics, server = _serve_metrics(spark, settings, projection.name)
+            runner.run(spark, projection, dataclasses.replace(settings, starting_offsets=starting.offsets), metrics)
+            return 0
+        lock = ProjectionLock(lake, projection.name)
+        spark = _session(f"projection-replay-{projection.name}")
+        metrics, server = _serve_metrics(spark, settings, projection.name)
+        replay.replay_into_new_table(
+            spark, projection, settings, starting, lock, wait_s=args.switch_timeout, metrics=metrics,
+            announce=announce,
+        )
+        if not settings.available_now:
+            announce("running on as the live instance")
+            runner.run(spark, projection, settings, metrics)
+        return 0
+    finally:
+        if server is not None:
+            server.shutdown()
+        if spark is not None:
+            spark.stop()
+        if lock is not None:
+            lock.release()
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -326,12 +394,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = commands.add_parser(
-        "replay", help="reset a projection's checkpoint (new txn app id) and run it again"
+        "replay",
+        help="rebuild a projection from a point in its topics, into a new table that replaces the live one",
+        description="Rebuild a projection from --from-offset. By default into a new table beside the live one "
+        "(new checkpoint, new txnAppId): readers keep the live table while it is built; once it has caught up "
+        "the replay waits for the running instance to stop, drains what arrived meanwhile and switches over "
+        "in one Delta commit, then runs on as the live instance (or stops, with --available-now). With "
+        "--in-place it resets the live checkpoint instead and relies on idempotency. Exit codes: 0 done, "
+        "2 bad usage, 3 unknown projection, 5 refused (nothing changed).",
     )
     _common(p)
     _run_flags(p)
-    p.add_argument("--rebuild", action="store_true", help="also delete the table and staging, building anew")
-    p.add_argument("--yes", action="store_true", help="really reset the checkpoint")
+    p.add_argument(
+        "--from-offset",
+        dest="from_offset",
+        default="earliest",
+        metavar="WHERE",
+        help="earliest (default), latest, per-partition JSON '{\"topic\":{\"0\":42}}' (partitions not named "
+        "start at the earliest), a time with its offset 2026-11-22T10:00:00Z or ts:<epoch ms> (first record "
+        "at or after it, by Kafka timestamp), or seq:<N> (first record whose seq is at least N)",
+    )
+    p.add_argument("--in-place", action="store_true", help="replay into the live table (stop it first)")
+    p.add_argument("--rebuild", action="store_true", help="with --in-place: delete the table and staging first")
+    p.add_argument(
+        "--switch-timeout",
+        type=float,
+        metavar="S",
+        help="give up waiting for the live instance to stop after S seconds (default: wait)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the plan and the resolved offsets; change nothing")
+    p.add_argument("--yes", action="store_true", help="really replay")
     p.set_defaults(func=cmd_replay)
 
     p = commands.add_parser(
@@ -365,6 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownProjectionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
+    except RefusedError as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     except ConfigurationError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE

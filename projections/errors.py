@@ -19,3 +19,7 @@ class UnknownProjectionError(ProjectionError):
 
 class FoldError(ProjectionError):
     """A fold function returned something that does not fit the declared state schema."""
+
+
+class RefusedError(ProjectionError):
+    """A command was refused before it changed anything; the message says what to do instead."""

@@ -57,6 +57,13 @@ class Lake:
     def progress(self, name: str) -> str:
         return f"{self.root}/_progress/{name}.json"
 
+    def lock(self, name: str) -> str:
+        return f"{self.root}/_locks/{name}.lock"
+
+    def replays(self, name: str) -> str:
+        """Where replays of a projection build their new tables (one lake per replay) and leave a record."""
+        return f"{self.root}/_replays/{name}"
+
 
 def read_text(path: str, spark: SparkSession | None = None) -> str | None:
     """The file's text, or None when it does not exist."""
@@ -107,6 +114,29 @@ def delete_path(path: str, spark: SparkSession | None = None) -> bool:
         return True
     fs, hpath = _hadoop(spark, path)
     return bool(fs.delete(hpath, True))
+
+
+def move_path(source: str, target: str, spark: SparkSession | None = None) -> bool:
+    """Move a file or directory tree to `target`, replacing what was there; False if `source` is missing."""
+    if is_local(source) and is_local(target):
+        import shutil
+
+        src, dst = local_path(source), local_path(target)
+        if not src.exists():
+            return False
+        delete_path(target)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(src), str(dst))
+        return True
+    fs, src_path = _hadoop(spark, source)
+    if not fs.exists(src_path):
+        return False
+    _, dst_path = _hadoop(spark, target)
+    fs.delete(dst_path, True)
+    fs.mkdirs(dst_path.getParent())
+    if not fs.rename(src_path, dst_path):
+        raise OSError(f"could not move {source} to {target}")
+    return True
 
 
 def _jvm(spark: SparkSession | None) -> Any:

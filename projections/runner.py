@@ -111,7 +111,9 @@ def run(
         log.info("stopping projection", extra={"projection": projection.name, "signal": signum})
         stopping.set()
 
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    # Signal handlers can only be installed from the main thread; elsewhere the caller stops the query.
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
     try:
         # Poll rather than block in the JVM, so the signal handler gets to run.
         while query.isActive and not stopping.is_set():

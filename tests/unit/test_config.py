@@ -404,3 +404,17 @@ def test_legal_aggregate_types_map_to_their_topic(aggregate_type: str) -> None:
 
 def test_masked_has_every_setting() -> None:
     assert set(load_config(env={}).masked()) == set(ENV_NAMES)
+
+
+def test_retention_is_off_by_default_and_takes_a_duration() -> None:
+    assert load_config(env={"OUTBOX_DB_URL": "sqlite:///x.db"}).retention_period is None
+    config = load_config(env={"OUTBOX_DB_URL": "sqlite:///x.db", "BRIDGE_RETENTION": "7d",
+                              "BRIDGE_RETENTION_INTERVAL_S": "60"})
+    assert config.retention_period is not None and config.retention_period.days == 7
+    assert config.retention_interval_s == 60
+
+
+@pytest.mark.parametrize("value", ["7", "seven days", "0d", "-1h"])
+def test_bad_retention_names_the_setting_and_the_forms(value: str) -> None:
+    message = refusal({"OUTBOX_DB_URL": "sqlite:///x.db", "BRIDGE_RETENTION": value})
+    assert "BRIDGE_RETENTION" in message and "e.g. 7d" in message

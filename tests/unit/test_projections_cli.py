@@ -50,3 +50,88 @@ def test_status_without_progress(tmp_path: Path, capsys: pytest.CaptureFixture[s
     report = json.loads(capsys.readouterr().out)
     assert report["progress"] is None
     assert report["table"] == f"{tmp_path}/orders_current"
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind", "value"),
+    [
+        ("earliest", "earliest", "earliest"),
+        ("latest", "latest", "latest"),
+        ("seq:1200", "seq", 1200),
+        ("1200", "seq", 1200),
+        ("ts:1700000000000", "timestamp", 1_700_000_000_000),
+        ("2023-11-14T22:13:20Z", "timestamp", 1_700_000_000_000),
+        ("2023-11-14T23:13:20+01:00", "timestamp", 1_700_000_000_000),
+        ('{"t":{"0":5,"1":-2}}', "offsets", {"t": {"0": 5, "1": -2}}),
+    ],
+)
+def test_from_offset_forms(spec: str, kind: str, value: object) -> None:
+    from projections.replay import parse_from_offset
+
+    assert parse_from_offset(spec) == (kind, value)
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("yesterday", "use earliest, latest"),
+        ("2023-11-14T22:13:20", "no UTC offset"),
+        ('{"t":{"0":-3}}', "offsets >= -2"),
+        ('{"t":{"zero":1}}', "offsets >= -2"),
+        ('{"t":', "not valid JSON"),
+    ],
+)
+def test_bad_from_offset_exits_2_naming_the_value(spec: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "orders_current", "--from-offset", spec, "--yes"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert says in err and repr(spec) in err
+
+
+def test_replay_rebuild_goes_with_in_place(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "orders_current", "--rebuild", "--yes"]) == EXIT_USAGE
+    assert "--in-place" in capsys.readouterr().err
+
+
+def test_replay_unknown_projection_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", "no_such_projection", "--from-offset", "earliest", "--yes"]) == EXIT_UNKNOWN
+    assert "no_such_projection" in capsys.readouterr().err
+
+
+def test_replay_without_yes_prints_the_plan_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replay", "orders_current", "--lake", str(tmp_path)]) == EXIT_REFUSED
+    captured = capsys.readouterr()
+    plan = json.loads(captured.out)
+    assert plan["mode"] == "new table, then switch over" and plan["starting_offsets"] == "earliest"
+    assert "--yes" in captured.err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_refuses_while_another_instance_holds_the_lock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from projections.lake import Lake
+    from projections.lock import ProjectionLock
+
+    with ProjectionLock(Lake(str(tmp_path)), "orders_current") as lock:
+        assert lock.acquire(0)
+        assert main(["run", "orders_current", "--lake", str(tmp_path), "--available-now"]) == EXIT_REFUSED
+        assert main(["replay", "orders_current", "--lake", str(tmp_path), "--in-place", "--yes"]) == EXIT_REFUSED
+    err = capsys.readouterr().err
+    assert "already running" in err and "stop that instance first" in err
+
+
+def test_lock_waits_then_gives_up(tmp_path: Path) -> None:
+    from projections.lake import Lake
+    from projections.lock import ProjectionLock
+
+    lake = Lake(str(tmp_path))
+    holder, waiter = ProjectionLock(lake, "p"), ProjectionLock(lake, "p")
+    assert holder.acquire(0)
+    waits: list[float] = []
+    assert not waiter.acquire(0.5, on_wait=waits.append, every_s=0.1)
+    assert waits, "on_wait was never called"
+    holder.release()
+    assert waiter.acquire(0)
+    waiter.release()

@@ -204,3 +204,42 @@ def insert_events_on(conn, count: int, start: int) -> None:
              "VALUES (:e, 'order', :a, 'OrderPlaced', '{}')"),
         [{"e": f"held-{start + i}", "a": f"a-{start + i}"} for i in range(count)],
     )
+
+
+def test_retention_setting_deletes_published_rows_while_the_daemon_publishes(postgres_url, kafka_bootstrap) -> None:
+    upgrade(postgres_url)
+    insert_events(postgres_url, 200)
+    config = bridge_config(postgres_url, kafka_bootstrap, retention="1s", retention_interval_s=1)
+    bridge = start_bridge(config)
+    stop_writing = threading.Event()
+    written = [200]
+
+    def writer() -> None:
+        while not stop_writing.is_set():
+            insert_events(postgres_url, 20, start=written[0])
+            written[0] += 20
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=writer)
+    try:
+        wait_until(lambda: bridge.daemon.ready, 30, "the bridge to lead")
+        thread.start()
+        wait_until(lambda: bridge.daemon.retention_passes >= 3, 60, "three retention passes")
+        stop_writing.set()
+        thread.join()
+        head = head_seq(postgres_url)
+        wait_until(lambda: bridge.daemon._tracker.watermark >= head, 60, "the bridge to publish every event")
+        deleted = bridge.daemon.metrics.retention_deleted._value.get()
+    finally:
+        stop_writing.set()
+        if thread.is_alive():
+            thread.join()
+        assert bridge.stop() == 0
+    assert deleted >= 200, f"retention deleted only {deleted} rows"
+    engine = create_engine(postgres_url)
+    with engine.connect() as conn:
+        remaining = conn.execute(text("SELECT count(*) FROM domain_events")).scalar()
+    engine.dispose()
+    assert remaining == head - deleted
+    seqs = {int(dict(m.headers())["seq"]) for m in read_topic(kafka_bootstrap, config.topic_for("order"))}
+    assert seqs == set(range(1, head + 1)), "every event reached Kafka: retention deleted nothing unpublished"

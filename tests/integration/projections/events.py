@@ -49,8 +49,12 @@ class OutboxEvent:
         return standard + [(k, v.encode()) for k, v in self.headers.items()]
 
 
-def produce(bootstrap: str, topic: str, events: Iterable[OutboxEvent], copies: int = 1) -> int:
-    """Send each event `copies` times (a replaying bridge), in order; return the records sent."""
+def produce(
+    bootstrap: str, topic: str, events: Iterable[OutboxEvent], copies: int = 1, timestamp_ms: int | None = None
+) -> int:
+    """Send each event `copies` times (a replaying bridge), in order; return the records sent.
+
+    `timestamp_ms` sets every record's Kafka timestamp (default: the time it is produced)."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -65,7 +69,11 @@ def produce(bootstrap: str, topic: str, events: Iterable[OutboxEvent], copies: i
     for _ in range(copies):
         for event in batch:
             producer.produce(
-                topic, key=event.aggregate_id.encode(), value=event.value(), headers=event.kafka_headers()
+                topic,
+                key=event.aggregate_id.encode(),
+                value=event.value(),
+                headers=event.kafka_headers(),
+                timestamp=timestamp_ms or 0,
             )
             sent += 1
             producer.poll(0)
