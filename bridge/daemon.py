@@ -92,6 +92,7 @@ class BridgeDaemon:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._checked_topics: dict[str, int] = {}
+        self._producer_max_bytes: int | None = None  # from the (immutable) config, read once
         self._route = TopicRouter(config.topic_for)
         self._published: dict[str, Any] = {}  # topic -> its events_published child, looked up once
         self._sent: dict[int, _Sent] = {}
@@ -392,8 +393,13 @@ class BridgeDaemon:
         return record
 
     def _producer_limit(self) -> int:
-        setting = self.config.producer_extra.get("message.max.bytes")
-        return int(str(setting)) if setting is not None else PRODUCER_MAX_MESSAGE_BYTES
+        limit = self._producer_max_bytes
+        if limit is None:
+            setting = self.config.producer_extra.get("message.max.bytes")
+            limit = self._producer_max_bytes = (
+                int(str(setting)) if setting is not None else PRODUCER_MAX_MESSAGE_BYTES
+            )
+        return limit
 
     def _topic_limit(self, topic: str) -> int:
         """Check (or create) a topic the first time it is used; return its max.message.bytes."""

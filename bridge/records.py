@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
+
+import orjson
 
 from bridge.errors import PoisonEventError
 from bridge.store.rows import OutboxRow
@@ -17,8 +18,7 @@ DEFAULT_MAX_MESSAGE_BYTES: Final = 1_048_588
 _RECORD_OVERHEAD: Final = 128
 
 
-@dataclass(frozen=True, slots=True)
-class KafkaRecord:
+class KafkaRecord(NamedTuple):
     """A record ready for `Producer.produce`; `size` is computed once, by `of`."""
 
     seq: int
@@ -73,8 +73,8 @@ def build_record(
     except ValueError as exc:
         raise PoisonEventError(row.seq, f"unroutable: {exc}") from exc
     try:
-        json.loads(row.payload)
-    except ValueError as exc:
+        orjson.loads(row.payload)  # the same verdict as json.loads on valid JSON, several times faster
+    except orjson.JSONDecodeError as exc:
         raise PoisonEventError(row.seq, f"payload is not valid JSON ({exc})") from exc
     headers: list[tuple[str, bytes]] = [
         ("event_id", row.event_id.encode()),

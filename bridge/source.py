@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from bridge.schema import NOTIFY_CHANNEL, domain_events
 from bridge.store.failures import store_error
 from bridge.store.holes import HoleTracker, Horizon, SeqRange
-from bridge.store.rows import OutboxRow, select_after
+from bridge.store.rows import OutboxRow, select_after, select_after_sqlite
 
 log = logging.getLogger("bridge.source")
 
@@ -103,7 +103,7 @@ class SqliteSource(_SqlSource):
 
     def poll(self, limit: int) -> Batch:
         rows = self._run(f"reading domain_events after seq {self.tracker.cursor}",
-                         lambda c: select_after(c, self.tracker.cursor, limit))
+                         lambda c: select_after_sqlite(c, self.tracker.cursor, limit))
         step = self.tracker.advance((row.seq for row in rows), _ALWAYS_SETTLED)
         return Batch(tuple(rows), step.settled, step.waiting_on)
 

@@ -9,16 +9,17 @@ see the same snapshot and the horizon would never move.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Final
 
-from sqlalchemy import BigInteger, ColumnElement, Text, cast, func, select, text, true
+from sqlalchemy import BigInteger, ColumnElement, Select, Text, bindparam, cast, func, select, text, true
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
+from bridge.schema import domain_events
 from bridge.store.failures import store_error
 from bridge.store.holes import HoleTracker, Horizon, SeqRange
-from bridge.store.rows import ROW_COLUMNS, OutboxRow, rows_after
+from bridge.store.rows import ROW_COLUMNS, OutboxRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +61,13 @@ def _xid8_as_bigint(expression: ColumnElement[Any]) -> ColumnElement[int]:
     return cast(cast(expression, Text), BigInteger)
 
 
-def read_visible(conn: Connection, after: int, limit: int) -> VisibleRows:
-    """Up to `limit` visible rows with seq above `after`, and the horizon of the same snapshot."""
+def _visible_query() -> Select[Any]:
     snapshot = select(func.pg_current_snapshot().label("s")).subquery("snapshot")
-    events = rows_after(after, limit).lateral("events")
-    query = (
+    seq = domain_events.c.seq
+    events = (
+        select(*ROW_COLUMNS).where(seq > bindparam("after")).order_by(seq).limit(bindparam("limit"))
+    ).lateral("events")
+    return (
         select(
             _xid8_as_bigint(func.pg_snapshot_xmin(snapshot.c.s)).label("horizon_low"),
             _xid8_as_bigint(func.pg_snapshot_xmax(snapshot.c.s)).label("horizon_high"),
@@ -74,13 +77,28 @@ def read_visible(conn: Connection, after: int, limit: int) -> VisibleRows:
         .select_from(snapshot.outerjoin(events, true()))
         .order_by(events.c.seq)
     )
+
+
+#: Built once; SQLAlchemy caches its compiled form.
+_VISIBLE: Final = _visible_query()
+
+
+def read_visible(conn: Connection, after: int, limit: int) -> VisibleRows:
+    """Up to `limit` visible rows with seq above `after`, and the horizon of the same snapshot."""
     try:
-        result = conn.execute(query).all()
+        cursor_result = conn.execute(_VISIBLE, {"after": after, "limit": limit})
+        # The driver's own tuples: SQLAlchemy's row objects and result processors cost more than the rest
+        # of the read, per event. The bridge's sessions run in UTC, so timestamps arrive as UTC already.
+        result = cursor_result.cursor.fetchall()
+        cursor_result.close()
     except DBAPIError as exc:
         raise store_error(exc, f"reading domain_events after seq {after}") from exc
     low, high = int(result[0][0]), int(result[0][1])
     # Positional: after the two horizon columns come ROW_COLUMNS, in OutboxRow's field order.
     rows = tuple(OutboxRow(*row[2:]) for row in result if row[2] is not None)
+    if rows and rows[0].occurred_at.tzinfo is not UTC:
+        # A session not set to UTC (a connection from elsewhere than `make_engine`): normalise.
+        rows = tuple(row._replace(occurred_at=row.occurred_at.astimezone(UTC)) for row in rows)
     if _has_gap(after, rows):
         # pg_snapshot_xmax is latestCompletedXid + 1, not the next xid to be assigned: a writer that took
         # its xid (and then a seq below a visible row) before this snapshot can still hold an xid at or

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
 
 from sqlalchemy import Select, select
 from sqlalchemy.engine import Connection
@@ -15,10 +14,12 @@ from bridge.schema import domain_events
 from bridge.store.failures import store_error
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxRow:
+class OutboxRow(NamedTuple):
     """One `domain_events` row: `payload` is the JSON text exactly as written, `headers` the raw JSON
-    text of the row's own headers (None when absent); parsing them is the publisher's call."""
+    text of the row's own headers (None when absent); parsing them is the publisher's call.
+
+    A named tuple rather than a frozen dataclass: the bridge makes one per event, and a tuple is made
+    several times faster."""
 
     seq: int
     event_id: str
@@ -46,13 +47,33 @@ class OutboxRow:
 
 
 #: The portable columns, in `OutboxRow` order.
-ROW_COLUMNS = tuple(domain_events.c[field.name] for field in fields(OutboxRow))
+ROW_COLUMNS = tuple(domain_events.c[name] for name in OutboxRow._fields)
 
 
 def rows_after(after: int, limit: int) -> Select[Any]:
     """The query for up to `limit` rows with seq above `after`, in seq order."""
     seq = domain_events.c.seq
     return select(*ROW_COLUMNS).where(seq > after).order_by(seq).limit(limit)
+
+
+def select_after_sqlite(conn: Connection, after: int, limit: int) -> list[OutboxRow]:
+    """`select_after` for SQLite, on the driver's own tuples: the bridge's hot read, without SQLAlchemy's
+    per-row objects. `occurred_at` is ISO 8601 text there, parsed here as UtcTimestamp would."""
+    try:
+        result = conn.execute(rows_after(after, limit))
+        raw = result.cursor.fetchall()
+        result.close()
+    except DBAPIError as exc:
+        raise store_error(exc, f"reading domain_events after seq {after}") from exc
+    return [OutboxRow(*row[:7], _utc(row[7]), row[8]) for row in raw]  # type: ignore[call-arg]
+
+
+def _utc(value: Any) -> datetime:
+    parsed = datetime.fromisoformat(value) if isinstance(value, str) else value
+    if parsed.tzinfo is UTC:
+        return parsed
+    # Text written by other applications without an offset is taken to be UTC, as the column says.
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 def select_after(conn: Connection, after: int, limit: int) -> list[OutboxRow]:
