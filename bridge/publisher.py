@@ -11,7 +11,8 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from functools import partial
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -64,20 +65,13 @@ class KafkaPublisher:
             log.warning("producer error, retrying", extra={"error": err.str(), "code": err.name()})
 
     def send(self, record: KafkaRecord, generation: int) -> None:
-        seq = record.seq
-
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            # librdkafka has already retried within delivery.timeout.ms: a reported error is final, and
-            # ordering past this seq can no longer be trusted, so the daemon rewinds.
-            if err is not None and self.failure is None:
-                self.failure = DeliveryFailure(seq, err.code(), err.str(), fatal=err.fatal())
-            self._on_delivery(seq, generation, err)
-
-        headers = cast(list[tuple[str, str | bytes | None]], record.headers)  # read, never changed
+        # One partial per record (made in C), not a closure: this runs for every event.
+        on_delivery = partial(self._delivered, record.seq, generation)
+        headers: Any = record.headers  # read, never changed
         while True:
             try:
                 self._producer.produce(
-                    record.topic, value=record.value, key=record.key, headers=headers, on_delivery=delivered
+                    record.topic, value=record.value, key=record.key, headers=headers, on_delivery=on_delivery
                 )
                 return
             except BufferError:
@@ -88,9 +82,16 @@ class KafkaPublisher:
                 # report it like a failed delivery, so every record gets exactly one report.
                 err = exc.args[0]
                 if self.failure is None:
-                    self.failure = DeliveryFailure(seq, err.code(), err.str(), fatal=err.fatal())
-                self._on_delivery(seq, generation, err)
+                    self.failure = DeliveryFailure(record.seq, err.code(), err.str(), fatal=err.fatal())
+                self._on_delivery(record.seq, generation, err)
                 return
+
+    def _delivered(self, seq: int, generation: int, err: KafkaError | None, msg: Message) -> None:
+        # librdkafka has already retried within delivery.timeout.ms: a reported error is final, and
+        # ordering past this seq can no longer be trusted, so the daemon rewinds.
+        if err is not None and self.failure is None:
+            self.failure = DeliveryFailure(seq, err.code(), err.str(), fatal=err.fatal())
+        self._on_delivery(seq, generation, err)
 
     def poll(self, timeout: float) -> int:
         return int(self._producer.poll(timeout))

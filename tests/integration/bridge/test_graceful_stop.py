@@ -17,7 +17,7 @@ from tests.support import bridge_env, consume_all, read_offsets, seq_counts, spa
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-EVENTS = 60_000
+EVENTS = 200_000  # enough that three stops land mid-publish at 30,000+ events/s
 
 
 def _watermark_above(url: str, name: str, seq: int) -> bool:
@@ -37,7 +37,7 @@ def test_sigterm_then_restart_publishes_no_duplicates(postgres_url, kafka_bootst
     engine.dispose()
     name = f"gs-{uuid.uuid4().hex[:6]}"
     template = f"gs{uuid.uuid4().hex[:8]}.{{aggregate_type}}"
-    env = bridge_env(url, kafka_bootstrap, name, template, persist_interval_s=1.0, max_in_flight=5000)
+    env = bridge_env(url, kafka_bootstrap, name, template, persist_interval_s=0.5, max_in_flight=5000)
     log = tmp_path / "bridge.log"
     stopped_at: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGTERM):
