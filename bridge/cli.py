@@ -37,7 +37,7 @@ def _config(args: argparse.Namespace) -> Any:
 
     flags = {k: getattr(args, k, None) for k in ("db_url", "bootstrap_servers", "bridge_name", "topic_template",
                                                   "max_in_flight", "metrics_port", "poison_policy",
-                                                  "allow_single_broker")}
+                                                  "allow_single_broker", "retention")}
     return load_config(flags=flags, toml_path=args.config)
 
 
@@ -177,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="what to do with a row that can never be published (BRIDGE_POISON_POLICY)")
     run.add_argument("--allow-single-broker", dest="allow_single_broker", action="store_const", const=True,
                      help="accept replication factor 1 on a one-broker development cluster")
+    run.add_argument("--retention", dest="retention", metavar="DURATION",
+                     help="delete published rows older than DURATION (90m, 12h, 7d), never above the watermark, "
+                     "every BRIDGE_RETENTION_INTERVAL_S; unset keeps every row (BRIDGE_RETENTION)")
     run.add_argument("--plain-logs", action="store_true", help="human-readable logs instead of JSON lines")
     run.set_defaults(func=cmd_run)
 

@@ -124,7 +124,7 @@ def parse_duration(text: str) -> timedelta:
     """A duration like 90m, 12h, 7d or 2w; ValueError naming the value otherwise."""
     match = _DURATION.match(text.strip())
     if not match:
-        raise ValueError(f"{text!r} is not a duration; use a positive number and a unit (s, m, h, d, w), e.g. 7d")
+        raise ValueError(f"{text!r} is not a duration")
     return timedelta(**{_DURATION_UNITS[match.group(2)]: int(match.group(1))})
 
 
@@ -542,6 +542,7 @@ _ACCEPTED_TEXT: Final[Mapping[str, str]] = MappingProxyType(
         "dlq_topic": "a legal topic name, may contain {bridge_name}: outbox.dlq.{bridge_name}",
         "producer_extra": "a table/JSON object of librdkafka settings with string, number or boolean values",
         "metrics_host": "a host name or IP address to listen on",
+        "retention": "a positive number and a unit (s, m, h, d, w), e.g. 90m, 12h, 7d, 2w; unset keeps every row",
     }
 )
 

@@ -417,4 +417,4 @@ def test_retention_is_off_by_default_and_takes_a_duration() -> None:
 @pytest.mark.parametrize("value", ["7", "seven days", "0d", "-1h"])
 def test_bad_retention_names_the_setting_and_the_forms(value: str) -> None:
     message = refusal({"OUTBOX_DB_URL": "sqlite:///x.db", "BRIDGE_RETENTION": value})
-    assert "BRIDGE_RETENTION" in message and "e.g. 7d" in message
+    assert "BRIDGE_RETENTION" in message and "e.g. 90m, 12h, 7d" in message
