@@ -427,14 +427,15 @@ def _method(results: dict[str, Any]) -> str:
     return "\n".join([
         "## Running it",
         "",
-        "- `make bench` runs everything (about 30 minutes here) and rewrites `bench/results/latest.json`, the plots "
+        "- `make bench` runs everything (about 20 minutes here) and rewrites `bench/results/latest.json`, the plots "
         "in `bench/results/` and this file. `python -m bench.run --only B1,B3` re-runs some benchmarks and merges "
         "them into the stored results. `python -m bench.run --quick` is a smoke run with small sizes that writes "
         "only under `bench/results/raw/<run>/`.",
         "- The stack is started if it is not running (`ops/localstack.py up`, and `kafka-up --cluster kafka3` for the "
         "3-broker variant); every database (`bench_<run>_*`) and topic (`bench.<run>.*`) a run creates is removed at "
         "the end. Bridge logs, commit logs and the py-spy profile stay in `bench/results/raw/<run>/` (not committed).",
-        "- Profiling needs `py-spy` (`pip install py-spy`); without it the profile is skipped.",
+        "- The profile uses `py-spy` (in the `bench` extra, which `make venv` installs); it needs permission to "
+        "attach to the bridge (root, or `kernel.yama.ptrace_scope=0`), and without it the profile is skipped.",
         "- Sizes of this run: " + ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}"
                                              for k, v in sizes.items()),
     ]) + "\n"
