@@ -92,7 +92,9 @@ class BridgeDaemon:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._checked_topics: dict[str, int] = {}
-        self._producer_max_bytes: int | None = None  # from the (immutable) config, read once
+        extra_limit = config.producer_extra.get("message.max.bytes")
+        # The producer refuses larger records before sending them; the configuration never changes.
+        self._producer_limit = int(str(extra_limit)) if extra_limit is not None else PRODUCER_MAX_MESSAGE_BYTES
         self._route = TopicRouter(config.topic_for)
         self._published: dict[str, Any] = {}  # topic -> its events_published child, looked up once
         self._published_pending: dict[str, int] = {}  # acks not yet added to events_published
@@ -361,9 +363,9 @@ class BridgeDaemon:
             try:
                 topic = self._route(row.aggregate_type)
             except ValueError:
-                limit = self._producer_limit()  # unroutable: build_record says so
+                limit = self._producer_limit  # unroutable: build_record says so
             else:
-                limit = min(self._topic_limit(topic), self._producer_limit())
+                limit = min(self._topic_limit(topic), self._producer_limit)
             return build_record(row, self._route, limit)
         except PoisonEventError as exc:
             self.metrics.poison_events.labels(policy=self.config.poison_policy.value).inc()
@@ -375,7 +377,7 @@ class BridgeDaemon:
 
     def _dead_letter(self, row: OutboxRow, reason: str) -> KafkaRecord:
         topic = self.config.dlq_topic_name
-        limit = min(self._topic_limit(topic), self._producer_limit())
+        limit = min(self._topic_limit(topic), self._producer_limit)
         headers = [
             ("event_id", row.event_id.encode()),
             ("event_type", row.event_type.encode()),
@@ -394,15 +396,6 @@ class BridgeDaemon:
             value = value[: max(0, limit - (record.size - len(value)) - 64)]
             record = KafkaRecord.of(row.seq, topic, key, value, headers)
         return record
-
-    def _producer_limit(self) -> int:
-        limit = self._producer_max_bytes
-        if limit is None:
-            setting = self.config.producer_extra.get("message.max.bytes")
-            limit = self._producer_max_bytes = (
-                int(str(setting)) if setting is not None else PRODUCER_MAX_MESSAGE_BYTES
-            )
-        return limit
 
     def _topic_limit(self, topic: str) -> int:
         """Check (or create) a topic the first time it is used; return its max.message.bytes."""

@@ -80,15 +80,18 @@ class UtcTimestamp(TypeDecorator[datetime]):
         return value
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.__class__ is datetime and value.tzinfo is UTC:
-            return value  # the common case on PostgreSQL (the bridge's sessions run in UTC): nothing to do
-        parsed = datetime.fromisoformat(value) if isinstance(value, str) else value
-        if not isinstance(parsed, datetime):
-            raise TypeError(f"expected a timestamp, the database returned {value!r}")
-        # Text written by other applications without an offset is taken to be UTC, as the column says.
-        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        return None if value is None else as_utc(value)
+
+
+def as_utc(value: Any) -> datetime:
+    """A timestamp as the database returned it (datetime, or ISO 8601 text on SQLite), as an aware UTC datetime."""
+    parsed = datetime.fromisoformat(value) if isinstance(value, str) else value
+    if not isinstance(parsed, datetime):
+        raise TypeError(f"expected a timestamp, the database returned {value!r}")
+    if parsed.tzinfo is UTC:
+        return parsed
+    # Text written by other applications without an offset is taken to be UTC, as the column says.
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 class utc_now(FunctionElement[datetime]):

@@ -16,7 +16,7 @@ from sqlalchemy import BigInteger, ColumnElement, Select, Text, bindparam, cast,
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from bridge.schema import domain_events
+from bridge.schema import as_utc, domain_events
 from bridge.store.failures import store_error
 from bridge.store.holes import HoleTracker, Horizon, SeqRange
 from bridge.store.rows import ROW_COLUMNS, OutboxRow
@@ -98,7 +98,7 @@ def read_visible(conn: Connection, after: int, limit: int) -> VisibleRows:
     rows = tuple(OutboxRow(*row[2:]) for row in result if row[2] is not None)
     if rows and rows[0].occurred_at.tzinfo is not UTC:
         # A session not set to UTC (a connection from elsewhere than `make_engine`): normalise.
-        rows = tuple(row._replace(occurred_at=row.occurred_at.astimezone(UTC)) for row in rows)
+        rows = tuple(row._replace(occurred_at=as_utc(row.occurred_at)) for row in rows)
     if _has_gap(after, rows):
         # pg_snapshot_xmax is latestCompletedXid + 1, not the next xid to be assigned: a writer that took
         # its xid (and then a seq below a visible row) before this snapshot can still hold an xid at or

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import Select, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from bridge.schema import domain_events
+from bridge.schema import as_utc, domain_events
 from bridge.store.failures import store_error
 
 
@@ -58,22 +58,14 @@ def rows_after(after: int, limit: int) -> Select[Any]:
 
 def select_after_sqlite(conn: Connection, after: int, limit: int) -> list[OutboxRow]:
     """`select_after` for SQLite, on the driver's own tuples: the bridge's hot read, without SQLAlchemy's
-    per-row objects. `occurred_at` is ISO 8601 text there, parsed here as UtcTimestamp would."""
+    per-row objects. `occurred_at` is ISO 8601 text there, parsed as UtcTimestamp does (`as_utc`)."""
     try:
         result = conn.execute(rows_after(after, limit))
         raw = result.cursor.fetchall()
         result.close()
     except DBAPIError as exc:
         raise store_error(exc, f"reading domain_events after seq {after}") from exc
-    return [OutboxRow(*row[:7], _utc(row[7]), row[8]) for row in raw]  # type: ignore[call-arg]
-
-
-def _utc(value: Any) -> datetime:
-    parsed = datetime.fromisoformat(value) if isinstance(value, str) else value
-    if parsed.tzinfo is UTC:
-        return parsed
-    # Text written by other applications without an offset is taken to be UTC, as the column says.
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    return [OutboxRow(*row[:7], as_utc(row[7]), row[8]) for row in raw]  # type: ignore[call-arg]
 
 
 def select_after(conn: Connection, after: int, limit: int) -> list[OutboxRow]:
