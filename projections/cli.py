@@ -207,6 +207,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    import contextlib
     import dataclasses
 
     from projections import replay, runner
@@ -223,8 +224,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    replay.parse_from_offset(args.from_offset)  # a malformed value fails before Kafka is asked
-    starting = replay.resolve(args.from_offset, projection, settings)
+    starting = replay.resolve(args.from_offset, projection, settings)  # a malformed value fails before Kafka
     lake = Lake(settings.lake)
     plan = {
         "projection": projection.name,
@@ -255,37 +255,30 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"[replay {projection.name}] {message}", file=sys.stderr, flush=True)
         log.info(message, extra={"projection": projection.name})
 
-    lock: Any = None
-    spark = None
-    server = None
-    try:
+    with contextlib.ExitStack() as cleanup:
+        # In place the live instance must be stopped now; otherwise the replay waits for it before switching.
+        lock = _locked(lake, projection.name) if args.in_place else ProjectionLock(lake, projection.name)
+        cleanup.callback(lock.release)
+        spark = _session(f"projection-replay-{projection.name}")
+        cleanup.callback(spark.stop)
+        metrics, server = _serve_metrics(spark, settings, projection.name)
+        if server is not None:
+            cleanup.callback(server.shutdown)
         if args.in_place:
-            lock = _locked(lake, projection.name)
-            spark = _session(f"projection-replay-{projection.name}")
             removed = replay.reset_in_place(spark, projection, lake, bool(args.rebuild))
             announce(f"checkpoint reset (existed: {removed}, rebuild: {bool(args.rebuild)}); "
                      f"reading from {starting.describe()}")
-            metrics, server = _serve_metrics(spark, settings, projection.name)
-            runner.run(spark, projection, dataclasses.replace(settings, starting_offsets=starting.offsets), metrics)
-            return 0
-        lock = ProjectionLock(lake, projection.name)
-        spark = _session(f"projection-replay-{projection.name}")
-        metrics, server = _serve_metrics(spark, settings, projection.name)
-        replay.replay_into_new_table(
-            spark, projection, settings, starting, lock, wait_s=args.switch_timeout, metrics=metrics,
-            announce=announce,
-        )
-        if not settings.available_now:
+            settings = dataclasses.replace(settings, starting_offsets=starting.offsets)
+        else:
+            replay.replay_into_new_table(
+                spark, projection, settings, starting, lock, wait_s=args.switch_timeout, metrics=metrics,
+                announce=announce,
+            )
+            if settings.available_now:
+                return 0
             announce("running on as the live instance")
-            runner.run(spark, projection, settings, metrics)
-        return 0
-    finally:
-        if server is not None:
-            server.shutdown()
-        if spark is not None:
-            spark.stop()
-        if lock is not None:
-            lock.release()
+        runner.run(spark, projection, settings, metrics)
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -16,7 +16,6 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import IO
 
 from projections.lake import Lake, is_local, local_path
@@ -61,7 +60,7 @@ class ProjectionLock:
                 extra={"projection": self.name, "lock": self.path},
             )
             return True
-        path = Path(local_path(self.path))
+        path = local_path(self.path)
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a+")  # noqa: SIM115 - held open for as long as the lock is held
         started = time.monotonic()

@@ -49,9 +49,6 @@ SCHEMA: Final = StructType(
 
 def set_aside(session: SparkSession, path: str, projection: str, bad: DataFrame, txn: Txn) -> None:
     """Add the batch's bad records (decoded rows with `_error`) to the quarantine table, each once."""
-    from delta.tables import DeltaTable
-
-    ensure_table(session, path, SCHEMA, f"quarantine of projection {projection}")
     rows = bad.withColumns(
         {
             "projection": F.lit(projection),
@@ -60,11 +57,22 @@ def set_aside(session: SparkSession, path: str, projection: str, bad: DataFrame,
             "quarantined_at": F.current_timestamp(),
         }
     ).select(*SCHEMA.fieldNames())
+    add(session, path, projection, rows, txn)
+
+
+def add(session: SparkSession, path: str, projection: str, rows: DataFrame, txn: Txn | None = None) -> None:
+    """Merge quarantine rows (SCHEMA) into the table at `path`, creating it, keeping each record once."""
+    from delta.tables import DeltaTable
+
+    ensure_table(session, path, SCHEMA, f"quarantine of projection {projection}")
     merge = (
         DeltaTable.forPath(session, path)
         .alias("t")
         .merge(rows.alias("s"), "t.topic = s.topic AND t.partition = s.partition AND t.offset = s.offset")
         .whenNotMatchedInsertAll()
     )
+    if txn is None:
+        merge.execute()
+        return
     with txn.applied_once(session):
         merge.execute()

@@ -320,7 +320,12 @@ def replay_into_new_table(
         "started_at": datetime.now(UTC).isoformat(),
     }
     record_path = f"{lake.replays(projection.name)}/{replay_id}.json"
-    write_text(record_path, json.dumps({**record, "state": "building"}, indent=2) + "\n", spark)
+
+    def save_record(state: str, **more: Any) -> None:
+        record.update(state=state, **more)
+        write_text(record_path, json.dumps(record, indent=2) + "\n", spark)
+
+    save_record("building")
     announce(f"building {projection.name} from {starting.describe()} into {shadow.table(projection.name)}")
     started = time.monotonic()
     runner.run(spark, projection, shadow_settings, metrics)
@@ -334,7 +339,7 @@ def replay_into_new_table(
         wait_s,
         on_wait=lambda waited: announce(f"still waiting for {lock.holder()} to stop ({waited:.0f}s)"),
     ):
-        write_text(record_path, json.dumps({**record, "state": "built, not switched"}, indent=2) + "\n", spark)
+        save_record("built, not switched")
         raise RefusedError(
             f"the live instance of {projection.name} ({lock.holder()}) did not stop within {wait_s:.0f}s, so "
             f"the table was not switched. The new table stays at {shadow.table(projection.name)}; stop the "
@@ -348,9 +353,8 @@ def replay_into_new_table(
     except BaseException:
         lock.release()
         raise
-    record.update(state="switched", switched_at=datetime.now(UTC).isoformat(), rows=rows,
-                  built_s=round(built_s, 3), waited_s=round(waited_s, 3))
-    write_text(record_path, json.dumps(record, indent=2) + "\n", spark)
+    save_record("switched", switched_at=datetime.now(UTC).isoformat(), rows=rows, built_s=round(built_s, 3),
+                waited_s=round(waited_s, 3))
     delete_path(shadow.root, spark)
     announce(f"switched {projection.name} over to the replayed table ({rows} rows)")
     log.info("replay switched over", extra=record)
@@ -365,9 +369,9 @@ def _switch(spark: SparkSession, projection: Projection, lake: Lake, shadow: Lak
     being idempotent, brings it to the same state.
     """
     name = projection.name
-    replayed = _read_or_empty(spark, shadow.table(name), lake.table(name))
     (
-        replayed.write.format("delta")
+        # The build created the table before its first batch (`runner.prepare`), so it exists even if empty.
+        spark.read.format("delta").load(shadow.table(name)).write.format("delta")
         .mode("overwrite")
         .option("overwriteSchema", "true")
         .option("userMetadata", f"outbox-projections replay switch-over from {shadow.root}")
@@ -385,34 +389,13 @@ def _switch(spark: SparkSession, projection: Projection, lake: Lake, shadow: Lak
     return int(spark.read.format("delta").load(lake.table(name)).count())
 
 
-def _read_or_empty(spark: SparkSession, path: str, live: str) -> Any:
-    from delta.tables import DeltaTable
-
-    if DeltaTable.isDeltaTable(spark, path):
-        return spark.read.format("delta").load(path)
-    # Nothing was applied (e.g. from latest with no new events): the switch empties the table.
-    return spark.read.format("delta").load(live).limit(0)
-
-
 def _merge_quarantine(spark: SparkSession, source: str, target: str, name: str) -> None:
     from delta.tables import DeltaTable
 
-    from projections.kinds.base import ensure_table
-    from projections.quarantine import SCHEMA
+    from projections import quarantine
 
-    if not DeltaTable.isDeltaTable(spark, source):
-        return
-    ensure_table(spark, target, SCHEMA, f"quarantine of projection {name}")
-    (
-        DeltaTable.forPath(spark, target)
-        .alias("t")
-        .merge(
-            spark.read.format("delta").load(source).alias("s"),
-            "t.topic = s.topic AND t.partition = s.partition AND t.offset = s.offset",
-        )
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+    if DeltaTable.isDeltaTable(spark, source):
+        quarantine.add(spark, target, name, spark.read.format("delta").load(source))
 
 
 def reset_in_place(spark: SparkSession, projection: Projection, lake: Lake, rebuild: bool) -> bool:
