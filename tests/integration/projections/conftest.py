@@ -43,6 +43,13 @@ def on_topic(projection: Projection, topic: str) -> Projection:
     return dataclasses.replace(projection, aggregate_types=(), topic_pattern=None, topics=(topic,))
 
 
+def delta_log(table: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(version, action) for every action in a local Delta table's JSON log, oldest first."""
+    for entry in sorted(Path(table, "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            yield int(entry.stem), json.loads(line)
+
+
 def table_rows(spark: Any, path: str, drop: Iterable[str] = ()) -> list[str]:
     """A table's rows as sorted JSON strings: comparable row by row, readable in a failing diff."""
     frame = spark.read.format("delta").load(path).drop(*drop)

@@ -20,7 +20,7 @@ from projections import replay
 from projections.examples import order_events, orders_current
 from projections.lake import Lake
 from projections.lock import ProjectionLock
-from tests.integration.projections.conftest import Harness, on_topic
+from tests.integration.projections.conftest import Harness, delta_log, on_topic
 from tests.integration.projections.events import order_lifecycle, produce
 
 pytestmark = pytest.mark.integration
@@ -28,13 +28,7 @@ pytestmark = pytest.mark.integration
 
 def delta_history(table: str) -> list[dict[str, Any]]:
     """The commits of a local Delta table, oldest first, from its log."""
-    commits = []
-    for entry in sorted(Path(table, "_delta_log").glob("*.json")):
-        for line in entry.read_text().splitlines():
-            action = json.loads(line)
-            if "commitInfo" in action:
-                commits.append({"version": int(entry.stem), **action["commitInfo"]})
-    return commits
+    return [{"version": version, **a["commitInfo"]} for version, a in delta_log(table) if "commitInfo" in a]
 
 
 def event_ids(harness: Harness, lake: Lake) -> set[str]:

@@ -15,7 +15,7 @@ from projections import runner
 from projections.applier import BatchApplier
 from projections.examples import order_events_per_minute, order_status_fold, orders_current, orders_history
 from projections.lake import Lake
-from tests.integration.projections.conftest import Harness, on_topic
+from tests.integration.projections.conftest import Harness, delta_log, on_topic
 from tests.integration.projections.events import order_lifecycle
 
 PROJECTIONS = (orders_current, order_status_fold, order_events_per_minute, orders_history)
@@ -27,13 +27,7 @@ class Crash(RuntimeError):
 
 def txn_versions(table: str) -> list[tuple[str, int]]:
     """The (txnAppId, txnVersion) of every commit of a local Delta table, from its log."""
-    found = []
-    for entry in sorted(Path(table, "_delta_log").glob("*.json")):
-        for line in entry.read_text().splitlines():
-            action = json.loads(line)
-            if "txn" in action:
-                found.append((action["txn"]["appId"], int(action["txn"]["version"])))
-    return found
+    return [(a["txn"]["appId"], int(a["txn"]["version"])) for _, a in delta_log(table) if "txn" in a]
 
 
 def test_crash_after_delta_commit_then_restart_matches_uninterrupted_run(
