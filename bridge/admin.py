@@ -25,7 +25,7 @@ from bridge.config import parse_duration as config_duration
 from bridge.errors import OutboxError
 from bridge.offsets import OffsetStore
 from bridge.schema import bridge_replay_audit, domain_events
-from bridge.source import make_engine
+from bridge.store.engine import make_engine
 from bridge.store.rows import ROW_COLUMNS, OutboxRow
 
 console = Console(stderr=True)

@@ -26,16 +26,18 @@ from confluent_kafka import KafkaError, KafkaException
 
 from bridge.backoff import Backoff, BackoffPolicy
 from bridge.config import BridgeConfig, PoisonPolicy
+from bridge.core.holes import SeqRange
+from bridge.core.watermark import AckTracker
 from bridge.errors import FencedError, PoisonEventError, TopicSafetyError, TransientStoreError
 from bridge.metrics import BridgeMetrics
 from bridge.offsets import Lease, OffsetStore
 from bridge.producer_settings import producer_settings
 from bridge.publisher import KafkaPublisher, Publisher
 from bridge.records import DEFAULT_MAX_MESSAGE_BYTES, KafkaRecord, TopicRouter, build_record
-from bridge.source import OutboxSource, make_engine, make_source
+from bridge.store.engine import make_engine, make_reader
+from bridge.store.reader import OutboxReader
 from bridge.store.rows import OutboxRow
 from bridge.topics import TopicGuard, TopicPolicy
-from bridge.watermark import AckTracker
 
 log = logging.getLogger("bridge.daemon")
 
@@ -110,6 +112,7 @@ class BridgeDaemon:
         self._refused: dict[int, str] = {}
         self._solo_seq: int | None = None
         self._leading = False
+        self._lease_deadline = 0.0
         self.retention_passes = 0
 
     # ------------------------------------------------------------------------------------ lifecycle
@@ -219,11 +222,12 @@ class BridgeDaemon:
                              max_in_flight_bytes=config.max_in_flight_bytes)
         self._tracker = tracker
         self._sent.clear()
-        source = make_source(self.engine, lease.watermark)
+        source = make_reader(self.engine)
         publisher = self._new_publisher()
         self._ready.set()
         persisted_at = time.monotonic()
         lease_valid_until = persisted_at + config.lease_timeout_s
+        self._lease_deadline = lease_valid_until
         backoff = Backoff(BackoffPolicy(initial_s=0.05, cap_s=5.0))
         idle_min = config.poll_interval_min_ms / 1000
         idle_wait = idle_min
@@ -240,7 +244,8 @@ class BridgeDaemon:
                 if now - persisted_at >= config.persist_interval_s or now >= lease_valid_until:
                     try:
                         self._persist(lease, tracker, source)
-                        lease_valid_until = now + config.lease_timeout_s
+                        # Counted from before the renewal was sent, on this machine's monotonic clock.
+                        lease_valid_until = self._lease_deadline = now + config.lease_timeout_s
                         publisher = self._pick_up_rewind(lease, tracker, source, publisher)
                     except TransientStoreError as exc:
                         self._note_error("database", exc)
@@ -291,7 +296,7 @@ class BridgeDaemon:
     def _new_publisher(self) -> Publisher:
         return self._publisher_factory(producer_settings(self.config).conf, self._on_delivery)
 
-    def _rebuild(self, publisher: Publisher, tracker: AckTracker, source: OutboxSource) -> Publisher:
+    def _rebuild(self, publisher: Publisher, tracker: AckTracker, source: OutboxReader) -> Publisher:
         failure = publisher.failure
         assert failure is not None
         self.last_error = f"delivery of seq {failure.seq} failed: {failure.reason}"
@@ -303,36 +308,49 @@ class BridgeDaemon:
         publisher.close()
         return self._restart_from(tracker.watermark, tracker, source)
 
-    def _restart_from(self, watermark: int, tracker: AckTracker, source: OutboxSource) -> Publisher:
+    def _restart_from(self, watermark: int, tracker: AckTracker, source: OutboxReader) -> Publisher:
         """Forget everything in flight, continue reading after `watermark`, with a new producer."""
         tracker.reset(watermark)
         self._sent.clear()
         self._solo_seq = None
-        source.rewind(watermark)
+        source.forget_holes()
         return self._new_publisher()
 
     # ---------------------------------------------------------------------------------------- read
 
-    def _read_and_send(self, source: OutboxSource, tracker: AckTracker, publisher: Publisher) -> bool:
+    def _read_and_send(self, source: OutboxReader, tracker: AckTracker, publisher: Publisher) -> bool:
+        """Read after the tracker's position (the one cursor) and send what the read allows, in seq order.
+
+        The tracker takes exactly the holes the reader settled and refuses any other gap. Stopping early
+        (the window is full, a suspect record must go alone) needs no rewind: the next read starts after
+        the last seq the tracker accounted for.
+        """
         limit = min(self.config.read_batch_size, self.config.max_in_flight - tracker.in_flight_count)
         if limit <= 0 or self._solo_seq is not None:
             return False
-        batch = source.poll(limit)
+        batch = source.poll(tracker.position, limit)
         self.metrics.horizon_held_back.set(1 if batch.waiting_on is not None else 0)
         if not batch.rows:
             return False
         generation = tracker.generation
         sent_any = False
         try:
-            for row in batch.rows:
-                if row.seq > tracker.position + 1:
-                    holes = tracker.settle_holes(row.seq - 1)
+            for row in batch.in_order():
+                if isinstance(row, SeqRange):
+                    holes = tracker.settle(row)
                     self.holes_settled += holes
                     self.metrics.holes_settled.inc(holes)
+                    continue
                 alone = row.seq in self._suspects
                 if alone and tracker.unacked_count:
                     break  # send it once everything before it is acknowledged
+                if not tracker.has_room(len(row.payload)):
+                    break  # the byte window is full: the rest is read again once acks make room
                 record = self._record(row)
+                if time.monotonic() >= self._lease_deadline:
+                    # Checked before every send: a read, a topic check or a pause may have outlasted
+                    # the lease, and a standby may lead by now.
+                    raise FencedError(f"the lease ran out before seq {row.seq} was sent; standing down")
                 tracker.track(row.seq, record.size)
                 self._sent[row.seq] = _Sent(record.topic, row.occurred_at.timestamp())
                 publisher.send(record, generation)
@@ -340,16 +358,7 @@ class BridgeDaemon:
                 if alone:
                     self._solo_seq = row.seq
                     break  # and nothing after it until it is acknowledged
-            else:
-                return True
-            # Stopped early: read the rest again later.
-            source.rewind(tracker.position)
             return sent_any
-        except Exception:
-            # The source's cursor is past the whole batch: move it back to the last seq accounted
-            # for, or the rows after the failing one would never be read again.
-            source.rewind(tracker.position)
-            raise
         finally:
             self.metrics.in_flight_events.set(tracker.in_flight_count)
             self.metrics.in_flight_bytes.set(tracker.in_flight_bytes)
@@ -449,7 +458,7 @@ class BridgeDaemon:
 
     # ------------------------------------------------------------------------------------- persist
 
-    def _status(self, tracker: AckTracker, source: OutboxSource) -> dict[str, Any]:
+    def _status(self, tracker: AckTracker, source: OutboxReader) -> dict[str, Any]:
         head = source.head_seq()
         oldest = source.oldest_after(tracker.watermark)
         lag_seconds = 0.0
@@ -482,7 +491,7 @@ class BridgeDaemon:
             "updated_at": datetime.now(UTC).isoformat(),
         }
 
-    def _persist(self, lease: Lease, tracker: AckTracker, source: OutboxSource) -> None:
+    def _persist(self, lease: Lease, tracker: AckTracker, source: OutboxReader) -> None:
         status = self._status(tracker, source)
         if status["horizon_holder"]:
             log.warning("a long transaction holds publishing back", extra={"holder": status["horizon_holder"]})
@@ -491,7 +500,7 @@ class BridgeDaemon:
 
     # -------------------------------------------------------------------------------------- rewind
 
-    def _pick_up_rewind(self, lease: Lease, tracker: AckTracker, source: OutboxSource,
+    def _pick_up_rewind(self, lease: Lease, tracker: AckTracker, source: OutboxReader,
                         publisher: Publisher) -> Publisher:
         """Apply the oldest pending rewind request (`outbox-bridge replay --mode rewind`), if any.
 
@@ -543,7 +552,7 @@ class BridgeDaemon:
         while tracker.unacked_count and time.monotonic() < deadline and publisher.failure is None:
             publisher.poll(0.05)
 
-    def _shutdown(self, lease: Lease, tracker: AckTracker, publisher: Publisher, source: OutboxSource,
+    def _shutdown(self, lease: Lease, tracker: AckTracker, publisher: Publisher, source: OutboxReader,
                   code: int, halted_at: PoisonEventError | None = None) -> int:
         """Stop reading, wait (bounded) for in-flight acks, persist the watermark, give up the lease."""
         log.info("stopping: waiting for in-flight deliveries",
@@ -572,7 +581,7 @@ class BridgeDaemon:
         return code
 
     def _halt(self, exc: PoisonEventError, lease: Lease, tracker: AckTracker, publisher: Publisher,
-              source: OutboxSource) -> int:
+              source: OutboxReader) -> int:
         """Poison policy `halt`: publish everything before the bad row, persist, and stop naming it."""
         self.halted = exc
         self.last_error = str(exc)

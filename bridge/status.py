@@ -13,7 +13,7 @@ from rich.table import Table
 
 from bridge.config import BridgeConfig
 from bridge.offsets import OffsetStore
-from bridge.source import make_engine, make_source
+from bridge.store.engine import make_engine, make_reader
 from bridge.topics import TopicGuard, TopicPolicy, TopicReport
 
 EXIT_UNSAFE = 4
@@ -25,7 +25,7 @@ def collect_status(config: BridgeConfig) -> dict[str, Any]:
     try:
         row = OffsetStore(engine, config.bridge_name).read()
         watermark = row.watermark if row else 0
-        source = make_source(engine, watermark)
+        source = make_reader(engine)
         head = source.head_seq()
         oldest = source.oldest_after(watermark)
         now = datetime.now(UTC)

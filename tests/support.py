@@ -22,7 +22,23 @@ from sqlalchemy import create_engine, text
 from bridge.config import BridgeConfig, load_config
 from bridge.daemon import BridgeDaemon
 from bridge.offsets import OffsetRow, OffsetStore
-from bridge.source import make_engine
+from bridge.store.engine import make_engine
+from bridge.store.reader import Batch, TailReader
+
+
+class Tail:
+    """A reader driven as the daemon drives it: each read starts after the last seq it delivered."""
+
+    def __init__(self, reader: TailReader[Any], cursor: int = 0) -> None:
+        self.reader = reader
+        self.cursor = cursor
+
+    def poll(self, limit: int = 100) -> Batch:
+        batch = self.reader.poll(self.cursor, limit)
+        if batch.rows:
+            # Settled holes always come before a delivered row, so the last row is where the read ends.
+            self.cursor = batch.rows[-1].seq
+        return batch
 
 
 def bridge_config(db_url: str, bootstrap: str, **overrides: Any) -> BridgeConfig:

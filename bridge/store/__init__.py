@@ -1,14 +1,17 @@
 """The outbox store: reading `domain_events` in seq order without ever skipping a late commit.
 
-- `holes`: the horizon rule as pure logic (`HoleTracker`, `Horizon`, `SeqRange`), no I/O;
-- `postgres`: the snapshot-horizon read (`read_visible`, `poll`) and `horizon_holders`;
-- `rows`: `OutboxRow` and the plain seq-ordered read (`select_after`) that SQLite can tail safely;
+- `reader`: the reader interface (`OutboxReader`, `Batch`) and the read loop every dialect shares;
+- `sqlite`, `postgres`, `mssql`: one module per dialect, each a visible-rows read and its horizon;
+- `engine`: the one place engines are built, and the reader for an engine's dialect;
+- `rows`: `OutboxRow` and the plain seq-ordered read;
 - `failures`: driver errors translated into `StoreError` / `TransientStoreError`.
 
-Writing events is `bridge.writer`; the tables are `bridge.schema`; migrations are `bridge.migrate`.
+The hole rule itself is pure logic in `bridge.core.holes`. Writing events is `bridge.writer`; the
+tables are `bridge.schema`; migrations are `bridge.migrate`.
 """
 
-from bridge.store.holes import Advance, HoleTracker, Horizon, SeqRange
+from bridge.store.engine import make_engine, make_reader
+from bridge.store.reader import Batch, OutboxReader, VisibleRows
 from bridge.store.rows import OutboxRow, select_after
 
-__all__ = ["Advance", "HoleTracker", "Horizon", "OutboxRow", "SeqRange", "select_after"]
+__all__ = ["Batch", "OutboxReader", "OutboxRow", "VisibleRows", "make_engine", "make_reader", "select_after"]

@@ -8,38 +8,26 @@ see the same snapshot and the horizon would never move.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Final
 
 from sqlalchemy import BigInteger, ColumnElement, Select, Text, bindparam, cast, func, select, text, true
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from bridge.schema import as_utc, domain_events
+from bridge.core.holes import Horizon
+from bridge.schema import NOTIFY_CHANNEL, as_utc, domain_events
 from bridge.store.failures import store_error
-from bridge.store.holes import HoleTracker, Horizon, SeqRange
+from bridge.store.reader import SqlReader, VisibleRows
 from bridge.store.rows import ROW_COLUMNS, OutboxRow
 
-
-@dataclass(frozen=True, slots=True)
-class VisibleRows:
-    """Rows visible after a cursor, in seq order, with the horizon of the snapshot that saw them."""
-
-    rows: tuple[OutboxRow, ...]
-    horizon: Horizon
-
-
-@dataclass(frozen=True, slots=True)
-class Poll:
-    """One step of the tail: rows to publish now (contiguous after the old cursor, in seq order), the
-    permanent holes passed over, and the hole still waited on, if any."""
-
-    rows: tuple[OutboxRow, ...]
-    settled: tuple[SeqRange, ...]
-    waiting_on: SeqRange | None
-    horizon: Horizon
-    cursor: int
+log = logging.getLogger("bridge.store.postgres")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,32 +71,46 @@ def _visible_query() -> Select[Any]:
 _VISIBLE: Final = _visible_query()
 
 
-def read_visible(conn: Connection, after: int, limit: int) -> VisibleRows:
-    """Up to `limit` visible rows with seq above `after`, and the horizon of the same snapshot."""
-    try:
-        cursor_result = conn.execute(_VISIBLE, {"after": after, "limit": limit})
+class PostgresSession:
+    """One read's connection, as the two statements the horizon read needs."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def snapshot_rows(self, after: int, limit: int) -> tuple[int, int, tuple[OutboxRow, ...]]:
+        """`pg_snapshot_xmin`, `pg_snapshot_xmax` and up to `limit` rows above `after`, from one snapshot."""
+        cursor_result = self.conn.execute(_VISIBLE, {"after": after, "limit": limit})
         # The driver's own tuples: SQLAlchemy's row objects and result processors cost more than the rest
         # of the read, per event. The bridge's sessions run in UTC, so timestamps arrive as UTC already.
         result = cursor_result.cursor.fetchall()
         cursor_result.close()
-    except DBAPIError as exc:
-        raise store_error(exc, f"reading domain_events after seq {after}") from exc
-    low, high = int(result[0][0]), int(result[0][1])
-    # Positional: after the two horizon columns come ROW_COLUMNS, in OutboxRow's field order.
-    rows = tuple(OutboxRow(*row[2:]) for row in result if row[2] is not None)
-    if rows and rows[0].occurred_at.tzinfo is not UTC:
-        # A session not set to UTC (a connection from elsewhere than `make_engine`): normalise.
-        rows = tuple(row._replace(occurred_at=as_utc(row.occurred_at)) for row in rows)
+        # Positional: after the two horizon columns come ROW_COLUMNS, in OutboxRow's field order.
+        rows = tuple(OutboxRow(*row[2:]) for row in result if row[2] is not None)
+        if rows and rows[0].occurred_at.tzinfo is not UTC:
+            # A session not set to UTC (a connection from elsewhere than `make_engine`): normalise.
+            rows = tuple(row._replace(occurred_at=as_utc(row.occurred_at)) for row in rows)
+        return int(result[0][0]), int(result[0][1]), rows
+
+    def current_xid(self) -> int:
+        """A fresh transaction id for this read's transaction (which rolls back right after)."""
+        return int(self.conn.execute(_CURRENT_XID).scalar_one())
+
+
+_CURRENT_XID: Final = select(_xid8_as_bigint(func.pg_current_xact_id()))
+
+
+def read_visible(session: PostgresSession, after: int, limit: int) -> VisibleRows:
+    """Up to `limit` visible rows with seq above `after`, and the horizon of the same snapshot."""
+    low, high, rows = session.snapshot_rows(after, limit)
     if _has_gap(after, rows):
         # pg_snapshot_xmax is latestCompletedXid + 1, not the next xid to be assigned: a writer that took
         # its xid (and then a seq below a visible row) before this snapshot can still hold an xid at or
         # above it, and would be settled as a hole while it runs. A fresh xid taken after the snapshot is
         # above every xid assigned before it, so it is a safe mark. It costs one xid per read that sees
         # a gap; this read's transaction ends (rolls back) right after, so it holds nothing back.
-        try:
-            high = max(high, int(conn.execute(select(_xid8_as_bigint(func.pg_current_xact_id()))).scalar_one()))
-        except DBAPIError as exc:
-            raise store_error(exc, "taking a transaction id to mark a hole") from exc
+        high = max(high, session.current_xid())
     return VisibleRows(rows, Horizon(low=low, high=high))
 
 
@@ -117,22 +119,10 @@ def _has_gap(after: int, rows: tuple[OutboxRow, ...]) -> bool:
     return bool(rows) and rows[-1].seq - after != len(rows)
 
 
-def poll(conn: Connection, tracker: HoleTracker, limit: int) -> Poll:
-    """Read after the tracker's cursor and advance it: what to publish now, in seq order."""
-    return advance(tracker, read_visible(conn, tracker.cursor, limit))
-
-
-def advance(tracker: HoleTracker, visible: VisibleRows) -> Poll:
-    """Feed one read to the hole tracker and keep the rows it lets through (any dialect's read)."""
-    step = tracker.advance((row.seq for row in visible.rows), visible.horizon)
-    by_seq = {row.seq: row for row in visible.rows}
-    return Poll(
-        rows=tuple(by_seq[seq] for seq in step.deliver),
-        settled=step.settled,
-        waiting_on=step.waiting_on,
-        horizon=visible.horizon,
-        cursor=step.cursor,
-    )
+@contextmanager
+def _session(engine: Engine) -> Iterator[PostgresSession]:
+    with engine.connect() as conn:
+        yield PostgresSession(conn)
 
 
 # Prepared (two-phase) transactions hold the horizon too but have no session in pg_stat_activity: a
@@ -173,3 +163,61 @@ def horizon_holders(conn: Connection, limit: int = 5) -> list[HorizonHolder]:
         )
         for row in result
     ]
+
+
+class PostgresReader(SqlReader[PostgresSession]):
+    """PostgreSQL tail: the snapshot horizon, and LISTEN/NOTIFY to wake up within milliseconds."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine, partial(_session, engine), read_visible)
+        self._listen: Any = None
+
+    def horizon_holder(self) -> dict[str, Any] | None:
+        """The oldest running transaction, when a hole is waiting on it; None when nothing blocks."""
+        waiting_on = self.waiting_on
+        if waiting_on is None:
+            return None
+        holders = self._run("listing horizon holders", lambda c: horizon_holders(c, limit=1))
+        if not holders:
+            return None
+        holder = holders[0]
+        return {
+            "pid": holder.pid,
+            "xid": holder.xid,
+            "started_at": holder.started_at.isoformat() if holder.started_at else None,
+            "state": holder.state,
+            "application_name": holder.application_name,
+            "client": holder.client,
+            "query": holder.query,
+            "waiting_on_seq": waiting_on.first,
+        }
+
+    def wait(self, timeout: float) -> None:
+        """Block until a NOTIFY from the insert trigger or the timeout; falls back to sleeping."""
+        try:
+            if self._listen is None:
+                self._listen = self._connect_listener()
+            for _ in self._listen.notifies(timeout=timeout, stop_after=1):
+                pass
+        except Exception as exc:  # noqa: BLE001 - a broken LISTEN connection only costs latency
+            log.warning("LISTEN connection lost; polling until it is back", extra={"error": str(exc)})
+            self._drop_listener()
+            super().wait(timeout)
+
+    def _connect_listener(self) -> Any:
+        import psycopg
+
+        url = self.engine.url.set(drivername="postgresql")
+        conn = psycopg.connect(url.render_as_string(hide_password=False), autocommit=True, connect_timeout=5)
+        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        return conn
+
+    def _drop_listener(self) -> None:
+        if self._listen is not None:
+            with contextlib.suppress(Exception):  # already broken
+                self._listen.close()
+        self._listen = None
+
+    def close(self) -> None:
+        self._drop_listener()
+        super().close()

@@ -11,8 +11,10 @@ from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from bridge import migrate
+from bridge.core.holes import SeqRange
 from bridge.schema import NOTIFY_CHANNEL
-from bridge.store import HoleTracker, SeqRange, postgres
+from bridge.store import Batch, postgres
+from tests.support import Tail
 
 pytestmark = pytest.mark.integration
 
@@ -34,12 +36,11 @@ def insert(conn: Connection, event_id: str) -> int:
     return int(conn.execute(INSERT, {"event_id": event_id}).scalar_one())
 
 
-def poll(engine: Engine, tracker: HoleTracker) -> postgres.Poll:
-    with engine.connect() as conn:
-        return postgres.poll(conn, tracker, limit=100)
+def poll(engine: Engine, tracker: Tail) -> Batch:
+    return tracker.poll(limit=100)
 
 
-def poll_until_settled(engine: Engine, tracker: HoleTracker, timeout: float = 30.0) -> postgres.Poll:
+def poll_until_settled(engine: Engine, tracker: Tail, timeout: float = 30.0) -> Batch:
     """Settling waits for every older transaction in the cluster, including other tests' ones: retry."""
     deadline = time.monotonic() + timeout
     while True:
@@ -75,13 +76,13 @@ def test_the_seq_function_finds_its_sequence_whatever_the_callers_search_path(en
 
 def test_read_visible_gives_the_horizon_even_when_no_row_is_visible(engine: Engine) -> None:
     with engine.connect() as conn:
-        visible = postgres.read_visible(conn, after=0, limit=10)
+        visible = postgres.read_visible(postgres.PostgresSession(conn), after=0, limit=10)
     assert visible.rows == ()
     assert 0 < visible.horizon.low <= visible.horizon.high
 
 
 def test_a_late_commit_holds_later_rows_back_and_is_then_delivered_first(engine: Engine) -> None:
-    tracker = HoleTracker(cursor=0)
+    tracker = Tail(postgres.PostgresReader(engine))
     with engine.connect() as slow:
         slow.begin()
         slow_seq = insert(slow, "slow")
@@ -94,11 +95,11 @@ def test_a_late_commit_holds_later_rows_back_and_is_then_delivered_first(engine:
     done = poll(engine, tracker)
     assert [row.event_id for row in done.rows] == ["slow", "fast"]
     assert done.settled == ()
-    assert done.cursor == tracker.cursor == slow_seq + 1
+    assert tracker.cursor == slow_seq + 1
 
 
 def test_a_rolled_back_seq_becomes_a_settled_hole(engine: Engine) -> None:
-    tracker = HoleTracker(cursor=0)
+    tracker = Tail(postgres.PostgresReader(engine))
     with engine.connect() as doomed:
         doomed.begin()
         hole = insert(doomed, "doomed")
@@ -112,7 +113,7 @@ def test_a_rolled_back_seq_becomes_a_settled_hole(engine: Engine) -> None:
 
 
 def test_an_older_running_transaction_keeps_the_hole_pending_and_is_named(engine: Engine) -> None:
-    tracker = HoleTracker(cursor=0)
+    tracker = Tail(postgres.PostgresReader(engine))
     with engine.connect() as older, engine.connect() as doomed:
         older.begin()
         older.execute(text("SET LOCAL application_name = 'older-report'"))

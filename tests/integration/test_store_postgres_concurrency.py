@@ -18,8 +18,9 @@ from sqlalchemy import Engine, create_engine, select, text
 
 from bridge import migrate
 from bridge.schema import domain_events
-from bridge.store import HoleTracker, OutboxRow, postgres
+from bridge.store import OutboxRow, postgres
 from bridge.writer import OutboxEvent, append
+from tests.support import Tail
 
 pytestmark = pytest.mark.integration
 
@@ -115,23 +116,22 @@ def test_the_horizon_reader_sees_every_committed_event_once_in_order_and_no_roll
     for thread in writers:
         thread.start()
 
-    tracker = HoleTracker(cursor=0)
+    tracker = Tail(postgres.PostgresReader(engine))
     delivered: list[OutboxRow] = []
     settled: set[int] = set()
     seen_pending: set[int] = set()
     deadline: float | None = None
     while True:
-        with engine.connect() as conn:
-            step = postgres.poll(conn, tracker, limit=500)
+        step = tracker.poll(limit=500)
         delivered.extend(step.rows)
         for hole in step.settled:
             settled.update(range(hole.first, hole.last + 1))
-        for hole in tracker.pending:
+        for hole in tracker.reader.pending:
             seen_pending.update(range(hole.first, hole.last + 1))
         if all(not thread.is_alive() for thread in writers):
             deadline = deadline or time.monotonic() + CATCH_UP_SECONDS
             caught_up = {row.event_id for row in delivered} >= outcome.committed_ids
-            passed_everything = not tracker.pending and tracker.cursor >= max(outcome.committed_seqs)
+            passed_everything = not tracker.reader.pending and tracker.cursor >= max(outcome.committed_seqs)
             if caught_up or passed_everything or time.monotonic() > deadline:
                 break
         if not step.rows:
@@ -145,7 +145,7 @@ def test_the_horizon_reader_sees_every_committed_event_once_in_order_and_no_roll
             holders = postgres.horizon_holders(conn)
         pytest.fail(
             f"{len(outcome.committed_ids - set(ids))} committed events were not delivered (lost, or still "
-            f"waiting after {CATCH_UP_SECONDS}s); pending holes {tracker.pending[:3]}, horizon holders {holders}"
+            f"waiting after {CATCH_UP_SECONDS}s); pending holes {tracker.reader.pending[:3]}, horizon holders {holders}"
         )
     assert seqs == sorted(seqs), "delivered out of seq order"
     assert len(set(seqs)) == len(seqs) and len(set(ids)) == len(ids), "delivered an event twice"

@@ -21,7 +21,7 @@ from bridge.migrate import upgrade
 from bridge.offsets import OffsetStore
 from bridge.publisher import DeliveryFailure
 from bridge.records import KafkaRecord
-from bridge.source import make_engine
+from bridge.store.engine import make_engine
 from bridge.topics import TopicReport
 
 REFUSED_SEQ = 7

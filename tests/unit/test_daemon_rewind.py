@@ -22,7 +22,7 @@ from bridge.migrate import upgrade
 from bridge.offsets import OffsetStore
 from bridge.records import KafkaRecord
 from bridge.schema import bridge_replay_audit
-from bridge.source import make_engine
+from bridge.store.engine import make_engine
 from bridge.topics import TopicReport
 
 EVENTS = 20

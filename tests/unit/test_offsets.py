@@ -16,7 +16,7 @@ from bridge.errors import FencedError
 from bridge.migrate import upgrade
 from bridge.offsets import Lease, OffsetStore
 from bridge.schema import bridge_replay_audit
-from bridge.source import make_engine
+from bridge.store.engine import make_engine
 
 
 @pytest.fixture()

@@ -1,16 +1,23 @@
-"""The SQL Server reader: its SQL compiles for mssql and names the rowversion horizon, and it takes
-`low` before and `high` after the row read, which is what makes settling a hole safe."""
+"""The SQL Server reader: its SQL compiles for mssql and names the rowversion horizon, it reads past
+locked rows instead of waiting, and it takes `low` before and `high` after the row read, which is
+what makes settling a hole safe."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from sqlalchemy.dialects import mssql
 
 from bridge.store import mssql as reader
-from bridge.store.holes import HoleTracker
-from bridge.store.rows import rows_after
+from bridge.store.reader import TailReader
+from bridge.store.rows import OutboxRow
+from tests.support import Tail
+
+pytestmark = pytest.mark.unit
 
 
 def _sql(statement: Any) -> str:
@@ -20,20 +27,10 @@ def _sql(statement: Any) -> str:
 def test_queries_compile_for_sql_server() -> None:
     assert "MIN_ACTIVE_ROWVERSION()" in _sql(reader.LOW)
     assert "@@DBTS" in _sql(reader.HIGH)
-    rows = _sql(rows_after(41, 500))
+    rows = _sql(reader.rows_after_readpast(41, 500))
     assert "TOP 500" in rows and "seq > 41" in rows and "ORDER BY domain_events.seq" in rows
+    assert "domain_events WITH (READPAST)" in rows
     assert "sys.dm_tran_active_transactions" in str(reader._HOLDER)
-
-
-class _Result:
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def scalar_one(self) -> Any:
-        return self.value
-
-    def mappings(self) -> list[dict[str, Any]]:
-        return self.value
 
 
 class _Server:
@@ -43,43 +40,48 @@ class _Server:
         self.reads = reads
         self.log: list[str] = []
 
-    def execute(self, statement: Any) -> _Result:
-        sql = _sql(statement)
-        low, seqs, high = self.reads[0]
-        if "MIN_ACTIVE_ROWVERSION" in sql:
-            self.log.append("low")
-            return _Result(low)
-        if "@@DBTS" in sql:
-            self.log.append("high")
-            self.reads.pop(0)
-            return _Result(high)
+    def min_active_rowversion(self) -> int:
+        self.log.append("low")
+        return self.reads[0][0]
+
+    def rows_after(self, after: int, limit: int) -> tuple[OutboxRow, ...]:
         self.log.append("rows")
         now = datetime.now(UTC)
-        return _Result([{"seq": s, "event_id": f"e{s}", "aggregate_type": "order", "aggregate_id": "a",
-                         "event_type": "T", "payload": "{}", "headers": None, "occurred_at": now,
-                         "schema_version": 1} for s in seqs])
+        return tuple(OutboxRow(s, f"e{s}", "order", "a", "T", "{}", None, now, 1)
+                     for s in self.reads[0][1] if s > after)[:limit]
+
+    def next_rowversion(self) -> int:
+        self.log.append("high")
+        return self.reads.pop(0)[2]
+
+
+def _tail(server: _Server) -> Tail:
+    @contextmanager
+    def session() -> Iterator[_Server]:
+        yield server
+
+    return Tail(TailReader(session, reader.read_visible))  # type: ignore[arg-type]
 
 
 def test_low_before_rows_before_high_and_holes_wait_for_the_writers() -> None:
-    tracker = HoleTracker(0)
     server = _Server([
         (100, [1, 2, 4], 105),   # seq 3 missing while a writer stamped below 105 may be open
         (103, [1, 2, 4, 5], 108),  # still open (low 103 < mark 105): keep waiting
         (106, [1, 2, 3, 4, 5], 110),  # the writer committed: 3 is delivered, not settled
     ])
-    first = reader.poll(server, tracker, 100)  # type: ignore[arg-type]
+    tail = _tail(server)
+    first = tail.poll(100)
     assert server.log == ["low", "rows", "high"]
     assert [r.seq for r in first.rows] == [1, 2] and first.waiting_on is not None
-    second = reader.poll(server, tracker, 100)  # type: ignore[arg-type]
+    second = tail.poll(100)
     assert second.rows == () and second.waiting_on is not None
-    third = reader.poll(server, tracker, 100)  # type: ignore[arg-type]
+    third = tail.poll(100)
     assert [r.seq for r in third.rows] == [3, 4, 5] and third.settled == ()
 
 
 def test_a_rolled_back_seq_settles_once_every_older_writer_has_ended() -> None:
-    tracker = HoleTracker(0)
-    server = _Server([(50, [1, 3], 60), (60, [1, 3], 61)])
-    assert [r.seq for r in reader.poll(server, tracker, 10).rows] == [1]  # type: ignore[arg-type]
-    step = reader.poll(server, tracker, 10)  # type: ignore[arg-type]
+    tail = _tail(_Server([(50, [1, 3], 60), (60, [1, 3], 61)]))
+    assert [r.seq for r in tail.poll(10).rows] == [1]
+    step = tail.poll(10)
     assert [r.seq for r in step.rows] == [3]
     assert [(h.first, h.last) for h in step.settled] == [(2, 2)]

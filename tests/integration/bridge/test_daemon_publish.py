@@ -9,7 +9,7 @@ import pytest
 
 from bridge.migrate import upgrade
 from bridge.offsets import OffsetStore
-from bridge.source import make_engine
+from bridge.store.engine import make_engine
 from tests.support import bridge_config, head_seq, insert_events, read_topic, start_bridge, wait_until
 
 

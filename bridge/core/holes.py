@@ -5,7 +5,8 @@ still running, or rolled back. The hole is marked with the read's `horizon.high`
 that could own it started below that mark). Once a later read's `horizon.low` reaches the mark, every
 such transaction has finished, so that read is authoritative about the hole: a row present there is
 delivered, a row absent is a permanent hole ("settled"). The reader publishes only the contiguous run
-after its cursor, so an event is never skipped, and never delivered twice or out of seq order.
+after where the read started, so an event is never skipped, and never delivered twice or out of seq
+order. Settled holes are reported to the ack tracker, which takes exactly those and nothing else.
 
 On PostgreSQL `low` is `pg_snapshot_xmin` of the read's snapshot and `high` a fresh transaction id taken after
 it when the read sees a gap (`pg_snapshot_xmax` is only latestCompletedXid + 1, too low); the rule
@@ -46,12 +47,13 @@ class SeqRange:
 
 @dataclass(frozen=True, slots=True)
 class Advance:
-    """What one read allows: the seqs to deliver in order, the holes passed over as permanent, the
-    new cursor, and the first hole still being waited on (None when nothing blocks)."""
+    """What one read allows: the seqs to deliver in order, the holes passed over as permanent (each
+    before a delivered seq), the last seq delivered or settled, and the first hole still being waited
+    on (None when nothing blocks)."""
 
     deliver: tuple[int, ...]
     settled: tuple[SeqRange, ...]
-    cursor: int
+    through: int
     waiting_on: SeqRange | None
 
 
@@ -98,36 +100,35 @@ class _Marks:
         return index >= 0 and self.ranges[index][0] <= seq <= self.ranges[index][1]
 
 
-class HoleTracker:
-    """Follows one reader's cursor through the seq order and decides, per read, what it may deliver."""
+class HoleRule:
+    """Decides, per read, what the reader may deliver and which gaps are permanent.
 
-    def __init__(self, cursor: int) -> None:
-        self._cursor = cursor
+    The rule keeps no cursor: the caller passes the seq the read started after (the ack tracker's
+    position, the bridge's one cursor), and feeds it only reads that fully succeeded. What it keeps
+    are the marks of holes still being waited on, which are facts about the database ("every owner of
+    this seq started below this mark") and stay true whatever the caller does with a read's result.
+    """
+
+    def __init__(self) -> None:
         self._marks = _Marks()
-
-    @property
-    def cursor(self) -> int:
-        """The last seq delivered or settled; the next read asks for seqs above it."""
-        return self._cursor
 
     @property
     def pending(self) -> tuple[SeqRange, ...]:
         """Holes seen and not yet settled, in seq order."""
         return tuple(SeqRange(start, end) for start, end, _ in self._marks.ranges)
 
-    def rewind(self, cursor: int) -> None:
-        """Restart from `cursor` (a replay or a producer rebuild), forgetting every hole seen so far."""
-        self._cursor = cursor
+    def forget(self) -> None:
+        """Drop every mark (a replay or a producer rebuild restarts the reading lower down)."""
         self._marks = _Marks()
 
-    def advance(self, visible: Iterable[int], horizon: Horizon) -> Advance:
-        """Take one read's visible seqs (any order; those at or below the cursor are ignored) and its
-        horizon, and return what may be delivered now."""
-        seqs = sorted({seq for seq in visible if seq > self._cursor})
+    def advance(self, after: int, visible: Iterable[int], horizon: Horizon) -> Advance:
+        """Take one read that started after seq `after`: its visible seqs (any order; those at or below
+        `after` are ignored) and its horizon. Return what may be delivered now, in order."""
+        seqs = sorted({seq for seq in visible if seq > after})
         deliver: list[int] = []
         settled: list[SeqRange] = []
         waiting_on: SeqRange | None = None
-        position = self._cursor
+        position = after
         for index, seq in enumerate(seqs):
             if seq > position + 1:
                 gap = SeqRange(position + 1, seq - 1)
@@ -141,7 +142,6 @@ class HoleTracker:
                 self._marks.forget(seq, seq)
             deliver.append(seq)
             position = seq
-        self._cursor = position
         return Advance(tuple(deliver), tuple(settled), position, waiting_on)
 
     def _remember_gaps(self, seqs: list[int], after: int, high: int) -> None:

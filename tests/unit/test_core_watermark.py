@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from bridge.core.holes import SeqRange
+from bridge.core.watermark import AckTracker, TrackingError
 from bridge.errors import OutboxError
-from bridge.watermark import AckTracker, TrackingError
 
 pytestmark = pytest.mark.unit
 
@@ -61,7 +62,7 @@ def test_watermark_is_the_acknowledged_prefix_for_any_ack_order(
     tracker, model = AckTracker(start), ReferenceModel(start)
     for gap, size in steps:
         if gap:
-            assert tracker.settle_holes(model.position + gap) == gap
+            assert tracker.settle(SeqRange(model.position + 1, model.position + gap)) == gap
             model.items.append((model.position + 1, model.position + gap, "hole"))
         seq = model.position + 1
         tracker.track(seq, size)
@@ -90,8 +91,8 @@ class TrackerMachine(RuleBasedStateMachine):
     @rule(gap=gaps)
     def settle_holes(self, gap: int) -> None:
         position = self.model.position
-        assert self.tracker.settle_holes(position + gap) == gap
         if gap:
+            assert self.tracker.settle(SeqRange(position + 1, position + gap)) == gap
             self.model.items.append((position + 1, position + gap, "hole"))
 
     @rule(size=st.integers(0, 5_000))
@@ -183,7 +184,7 @@ def test_out_of_order_acks_hold_the_watermark_at_the_oldest_unacked() -> None:
 def test_holes_between_events_are_passed_once_the_event_before_them_is_acked() -> None:
     tracker = AckTracker(0)
     tracker.track(1, 1)
-    assert tracker.settle_holes(10) == 9
+    assert tracker.settle(SeqRange(2, 10)) == 9
     tracker.track(11, 1)
     tracker.ack(11)
     assert tracker.watermark == 0
@@ -193,14 +194,14 @@ def test_holes_between_events_are_passed_once_the_event_before_them_is_acked() -
 
 def test_holes_with_nothing_in_flight_move_the_watermark_at_once() -> None:
     tracker = AckTracker(5)
-    assert tracker.settle_holes(8) == 3
+    assert tracker.settle(SeqRange(6, 8)) == 3
     assert tracker.watermark == 8
 
 
 def test_a_gap_of_a_billion_and_more_is_constant_time() -> None:
     tracker = AckTracker(0)
     tracker.track(1, 1)
-    assert tracker.settle_holes(10**18) == 10**18 - 1
+    assert tracker.settle(SeqRange(2, 10**18)) == 10**18 - 1
     tracker.track(10**18 + 1, 1)
     tracker.ack(1)
     assert tracker.watermark == 10**18
@@ -208,10 +209,12 @@ def test_a_gap_of_a_billion_and_more_is_constant_time() -> None:
     assert tracker.watermark == 10**18 + 1
 
 
-def test_settling_nothing_returns_zero() -> None:
+def test_a_settled_hole_that_does_not_follow_the_position_is_refused_as_a_bug() -> None:
+    # Only a gap the reader reported right after the cursor may be settled; anything else would skip.
     tracker = AckTracker(3)
-    assert tracker.settle_holes(3) == 0
-    assert tracker.watermark == 3
+    with pytest.raises(TrackingError, match=r"settled hole 5\.\.6 does not follow seq 3"):
+        tracker.settle(SeqRange(5, 6))
+    assert tracker.watermark == tracker.position == 3
 
 
 def test_track_refuses_an_unexplained_gap_and_names_the_missing_seqs() -> None:
@@ -225,16 +228,16 @@ def test_track_refuses_an_unexplained_gap_and_names_the_missing_seqs() -> None:
 def test_track_refuses_seqs_already_accounted(seq: int) -> None:
     tracker = AckTracker(0)
     tracker.track(1, 1)
-    tracker.settle_holes(2)
+    tracker.settle(SeqRange(2, 2))
     with pytest.raises(TrackingError, match="out of order"):
         tracker.track(seq, 1)
 
 
-def test_settle_holes_refuses_going_backwards() -> None:
+def test_settle_refuses_going_backwards() -> None:
     tracker = AckTracker(0)
     tracker.track(1, 1)
-    with pytest.raises(TrackingError, match="already accounted up to 1"):
-        tracker.settle_holes(0)
+    with pytest.raises(TrackingError, match="does not follow seq 1"):
+        tracker.settle(SeqRange(1, 1))
 
 
 def test_track_refuses_a_negative_size() -> None:
@@ -252,7 +255,7 @@ def test_ack_of_a_seq_never_tracked_raises() -> None:
 def test_ack_of_a_hole_above_the_watermark_raises() -> None:
     tracker = AckTracker(0)
     tracker.track(1, 1)
-    tracker.settle_holes(3)
+    tracker.settle(SeqRange(2, 3))
     tracker.track(4, 1)
     with pytest.raises(TrackingError):
         tracker.ack(2)

@@ -1,15 +1,17 @@
 """The ack tracker: which events are in flight, and the low watermark that is safe to persist.
 
-The reader hands the tracker every seq in order, either as an event given to the producer
-(`track`) or as a hole known never to exist (`settle_holes`); the tracker refuses an unexplained
-gap, so no event can be skipped silently. Acks arrive in any order. The watermark is the highest
-seq S such that every seq <= S is acknowledged or a settled hole; a restart resumes at S + 1.
+The tracker's position is the bridge's one cursor: the reader reads after it, and hands back every
+seq in order, either as an event given to the producer (`track`) or as a hole the hole rule settled
+(`settle`). The tracker refuses an unexplained gap, so no event can be skipped silently. Acks arrive
+in any order. The watermark is the highest seq S such that every seq <= S is acknowledged or a
+settled hole; a restart resumes at S + 1.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+from bridge.core.holes import SeqRange
 from bridge.errors import OutboxError
 
 
@@ -108,19 +110,20 @@ class AckTracker:
             return True
         return self._bytes + size_bytes <= self._max_in_flight_bytes
 
-    def settle_holes(self, through: int) -> int:
-        """Declare every seq after `position` up to `through` a hole that will never exist; return how many.
-
-        O(1) however wide the range; `through == position` settles nothing and returns 0.
-        """
+    def settle(self, hole: SeqRange) -> int:
+        """Account for `hole`, a gap the reader settled as permanent; it must start at `position` + 1.
+        Return how many seqs it covers. O(1) however wide the range."""
         position = self.position
-        if through < position:
-            raise TrackingError(f"cannot settle holes through {through}: already accounted up to {position}")
+        if hole.first != position + 1 or hole.last < hole.first:
+            raise TrackingError(
+                f"settled hole {hole.first}..{hole.last} does not follow seq {position}, the last accounted"
+                " for: only a gap the reader reported right after the cursor can be settled"
+            )
         if self._window:
-            self._window[-1].through = through
+            self._window[-1].through = hole.last
         else:
-            self._watermark = through
-        return through - position
+            self._watermark = hole.last
+        return hole.count
 
     def track(self, seq: int, size_bytes: int) -> None:
         """Record that event seq (size_bytes long) went to the producer; seq must be position + 1."""

@@ -1,0 +1,161 @@
+"""The outbox reader: one interface, one read loop that every dialect shares.
+
+A dialect supplies two things: a session (a connection, opened and released per read) and a
+`read_visible(session, after, limit)` that returns the rows visible after a seq together with the
+horizon of the same read. The loop here feeds the hole rule only after the session was released
+cleanly: a read that fails anywhere, even at its closing ROLLBACK, changes nothing, and the next read
+asks again from the same place. The reader keeps no cursor; the caller passes `after` (the ack
+tracker's position, the bridge's one cursor).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from bridge.core.holes import HoleRule, Horizon, SeqRange
+from bridge.schema import domain_events
+from bridge.store.failures import store_error
+from bridge.store.rows import OutboxRow, select_after
+
+
+@dataclass(frozen=True, slots=True)
+class VisibleRows:
+    """Rows visible after a seq, in seq order, with the horizon of the read that saw them."""
+
+    rows: tuple[OutboxRow, ...]
+    horizon: Horizon
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Rows to publish now in seq order, and the holes settled before them (each one precedes a row)."""
+
+    rows: tuple[OutboxRow, ...]
+    settled: tuple[SeqRange, ...]
+    waiting_on: SeqRange | None
+
+    @property
+    def holes(self) -> int:
+        return sum(hole.count for hole in self.settled)
+
+    def in_order(self) -> Iterator[OutboxRow | SeqRange]:
+        """Rows and settled holes merged in seq order: the order the ack tracker must account for them."""
+        settled = self.settled
+        next_hole = 0
+        for row in self.rows:
+            while next_hole < len(settled) and settled[next_hole].last < row.seq:
+                yield settled[next_hole]
+                next_hole += 1
+            yield row
+
+
+class OutboxReader(Protocol):
+    """What the daemon needs from the outbox database."""
+
+    def poll(self, after: int, limit: int) -> Batch:
+        """Rows safe to publish after seq `after`, and the holes settled on the way; no side effect
+        unless the whole read succeeded."""
+        ...
+
+    def forget_holes(self) -> None:
+        """Drop the holes being waited on (the caller restarts lower down: a rewind or a rebuild)."""
+        ...
+
+    def head_seq(self) -> int: ...
+
+    def oldest_after(self, seq: int) -> OutboxRow | None: ...
+
+    def horizon_holder(self) -> dict[str, Any] | None: ...
+
+    def wait(self, timeout: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+Session = TypeVar("Session")
+
+
+class TailReader(Generic[Session]):
+    """The read loop of `OutboxReader` on any dialect, given its session and its visible-rows read."""
+
+    def __init__(
+        self,
+        session: Callable[[], AbstractContextManager[Session]],
+        read_visible: Callable[[Session, int, int], VisibleRows],
+    ) -> None:
+        self._session = session
+        self._read_visible = read_visible
+        self._rule = HoleRule()
+        #: The first hole the last read waited on; None when nothing blocks.
+        self.waiting_on: SeqRange | None = None
+
+    def poll(self, after: int, limit: int) -> Batch:
+        try:
+            with self._session() as session:
+                visible = self._read_visible(session, after, limit)
+        except DBAPIError as exc:
+            raise store_error(exc, f"reading domain_events after seq {after}") from exc
+        # Here the read fully succeeded (rows fetched, connection released): only now may it count.
+        step = self._rule.advance(after, (row.seq for row in visible.rows), visible.horizon)
+        self.waiting_on = step.waiting_on
+        rows = visible.rows
+        if len(step.deliver) != len(rows):
+            by_seq = {row.seq: row for row in rows}
+            rows = tuple(by_seq[seq] for seq in step.deliver)
+        return Batch(rows, step.settled, step.waiting_on)
+
+    def forget_holes(self) -> None:
+        self._rule.forget()
+        self.waiting_on = None
+
+    @property
+    def pending(self) -> tuple[SeqRange, ...]:
+        """Holes seen and still waited on."""
+        return self._rule.pending
+
+
+class SqlReader(TailReader[Session]):
+    """The dialect-neutral parts of a SQL reader: head seq, oldest unpublished row, adaptive waiting."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        session: Callable[[], AbstractContextManager[Session]],
+        read_visible: Callable[[Session, int, int], VisibleRows],
+    ) -> None:
+        super().__init__(session, read_visible)
+        self.engine = engine
+        self._wakeup = threading.Event()
+
+    def _run(self, doing: str, work: Callable[[Connection], Any]) -> Any:
+        try:
+            with self.engine.connect() as conn:
+                return work(conn)
+        except DBAPIError as exc:
+            raise store_error(exc, doing) from exc
+
+    def head_seq(self) -> int:
+        head = self._run("reading the head seq", lambda c: c.execute(select(func.max(domain_events.c.seq))).scalar())
+        return int(head or 0)
+
+    def oldest_after(self, seq: int) -> OutboxRow | None:
+        rows = self._run("reading the oldest unpublished event", lambda c: select_after(c, seq, 1))
+        return rows[0] if rows else None
+
+    def horizon_holder(self) -> dict[str, Any] | None:
+        return None
+
+    def wait(self, timeout: float) -> None:
+        self._wakeup.wait(timeout)
+        self._wakeup.clear()
+
+    def close(self) -> None:
+        self.engine.dispose()
