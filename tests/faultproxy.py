@@ -90,9 +90,9 @@ def _command(message: Message) -> str | None:
     if statement is None:
         return None
     words = statement.split(None, 2)
-    if not words:
-        return ""
-    first = words[0].rstrip(";").upper()
+    first = words[0].rstrip(";").upper() if words else ""
+    if not first:
+        return "(empty)"  # SQLAlchemy's pool pre-ping sends ";"
     if len(words) > 1 and words[1].upper().rstrip(";") in ("TO", "PREPARED"):
         return f"{first} {words[1].upper()}"  # ROLLBACK TO SAVEPOINT, COMMIT PREPARED: not an end of transaction
     return first

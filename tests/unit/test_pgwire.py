@@ -78,6 +78,7 @@ def test_a_length_no_message_can_have_is_a_protocol_error() -> None:
 @pytest.mark.parametrize(("statement", "command"), [
     ("ROLLBACK", "ROLLBACK"), ("rollback;", "ROLLBACK"), ("ROLLBACK TO SAVEPOINT sa_1", "ROLLBACK TO"),
     ("COMMIT", "COMMIT"), ("COMMIT PREPARED 'x'", "COMMIT PREPARED"), ("LISTEN outbox_events", "LISTEN"),
+    (";", "(empty)"),
 ])
 def test_only_the_end_of_a_transaction_counts_as_rollback_or_commit(statement: str, command: str) -> None:
     (message,) = Framer(client=False).feed(b"Q" + struct.pack("!I", len(statement) + 5) + statement.encode() + b"\0")
