@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import psycopg
@@ -23,13 +23,13 @@ def _proxy(url: str, *cuts: Cut) -> Iterator[FaultProxy]:
     assert not [t.name for t in threading.enumerate() if t.name.startswith("faultproxy")], "no thread outlives it"
 
 
-def test_a_cut_rollback_fails_the_end_of_a_read_whose_rows_were_already_fetched(postgres_url) -> None:
+def test_a_cut_rollback_fails_the_end_of_a_read_whose_rows_were_already_fetched(postgres_url: str) -> None:
     with _proxy(postgres_url) as proxy:
         engine = create_engine(proxy.url_for(postgres_url), pool_pre_ping=True)
         with engine.connect() as conn:  # SQLAlchemy's first connection ends its own set-up with a ROLLBACK
             conn.execute(text("SELECT 1"))
         proxy.cut_next(Moment.ROLLBACK)
-        fetched = []
+        fetched: Sequence[int] = []
         with pytest.raises(OperationalError), engine.connect() as conn:
             fetched = conn.execute(text("SELECT generate_series(1, 3)")).scalars().all()
         assert fetched == [1, 2, 3]
@@ -40,7 +40,7 @@ def test_a_cut_rollback_fails_the_end_of_a_read_whose_rows_were_already_fetched(
         assert proxy.statements["Q ROLLBACK"] >= 2, "psycopg ends a transaction with a simple-query ROLLBACK"
 
 
-def test_a_cut_commit_never_reaches_the_server(postgres_url) -> None:
+def test_a_cut_commit_never_reaches_the_server(postgres_url: str) -> None:
     direct = create_engine(postgres_url)
     with direct.begin() as conn:
         conn.execute(text("CREATE TABLE marks (n int)"))
@@ -55,7 +55,7 @@ def test_a_cut_commit_never_reaches_the_server(postgres_url) -> None:
     direct.dispose()
 
 
-def test_a_mid_result_cut_fails_only_results_longer_than_the_rows_it_lets_through(postgres_url) -> None:
+def test_a_mid_result_cut_fails_only_results_longer_than_the_rows_it_lets_through(postgres_url: str) -> None:
     with _proxy(postgres_url, Cut(Moment.MID_RESULT, after_rows=2)) as proxy:
         engine = create_engine(proxy.url_for(postgres_url), pool_pre_ping=True)
         with engine.connect() as conn:
@@ -66,7 +66,7 @@ def test_a_mid_result_cut_fails_only_results_longer_than_the_rows_it_lets_throug
         assert proxy.cuts[Moment.MID_RESULT] == 1
 
 
-def test_a_listening_connection_is_cut_when_a_notification_is_due(postgres_url) -> None:
+def test_a_listening_connection_is_cut_when_a_notification_is_due(postgres_url: str) -> None:
     def libpq(url: str) -> str:
         return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 

@@ -142,7 +142,7 @@ def _running(bridge: RunningBridge) -> Iterator[RunningBridge]:
 
 @pytest.mark.parametrize("cut", CUTS.values(), ids=CUTS.keys())
 def test_a_bridge_whose_connections_are_cut_publishes_every_committed_event_and_settles_no_hole(
-    postgres_url, kafka_bootstrap, cut: Cut
+    postgres_url: str, kafka_bootstrap: str, cut: Cut
 ) -> None:
     url = postgres_url
     upgrade(url)
