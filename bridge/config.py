@@ -333,6 +333,13 @@ class BridgeConfig(BaseSettings):
                 f"{env['poll_interval_min_ms']}={self.poll_interval_min_ms} is above "
                 f"{env['poll_interval_max_ms']}={self.poll_interval_max_ms}; swap them or widen the range"
             )
+        if self.persist_interval_s * 2 >= self.lease_timeout_s:
+            raise ValueError(
+                f"{env['persist_interval_s']}={self.persist_interval_s:g} is half or more of "
+                f"{env['lease_timeout_s']}={self.lease_timeout_s:g}: the lease is renewed when the watermark "
+                "is persisted, so one slow renewal would let it lapse while this instance still sends. "
+                "Persist at least twice per lease timeout"
+            )
         if self.linger_ms >= self.delivery_timeout_ms:
             raise ValueError(
                 f"{env['linger_ms']}={self.linger_ms} must be below "

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, insert, select, update
+from sqlalchemy import case, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from bridge.errors import FencedError
-from bridge.schema import bridge_offsets, bridge_replay_audit
+from bridge.schema import as_utc, bridge_offsets, bridge_replay_audit
 from bridge.store.failures import store_error
 
 
@@ -55,8 +55,17 @@ class RewindRequest:
     reason: str | None
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
+def _now(conn: Connection) -> datetime:
+    """The database's clock. Leases are compared across machines, so every instance measures them by
+    the same clock, never its own (SQLite is on this machine, so its clock is this one's)."""
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        value = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+    elif dialect == "mssql":
+        value = conn.execute(text("SELECT SYSUTCDATETIME()")).scalar_one()
+    else:
+        return datetime.now(UTC)
+    return as_utc(value)
 
 
 class OffsetStore:
@@ -93,7 +102,7 @@ class OffsetStore:
             with self._engine.begin() as conn:
                 conn.execute(
                     insert(bridge_offsets).values(
-                        bridge_name=self._name, watermark=start_watermark, epoch=0, updated_at=_now()
+                        bridge_name=self._name, watermark=start_watermark, epoch=0, updated_at=_now(conn)
                     )
                 )
         except IntegrityError:
@@ -107,15 +116,15 @@ class OffsetStore:
         current = self.read()
         if current is None:
             return None
-        now = _now()
-        free = current.owner is None or current.owner == owner or (
-            current.lease_expires_at is None or current.lease_expires_at <= now
-        )
-        if not free:
-            return None
         epoch = current.epoch + 1
         try:
             with self._engine.begin() as conn:
+                now = _now(conn)
+                free = current.owner is None or current.owner == owner or (
+                    current.lease_expires_at is None or current.lease_expires_at <= now
+                )
+                if not free:
+                    return None
                 # Compare-and-set on the epoch: of two instances racing for a free lease, one wins.
                 result = conn.execute(
                     update(bridge_offsets)
@@ -147,12 +156,11 @@ class OffsetStore:
 
         The stored watermark never moves back unless `allow_lower` (a rewind the operator asked for).
         """
-        now = _now()
         column = bridge_offsets.c.watermark
         new_watermark: Any = watermark if allow_lower else case((column < watermark, watermark), else_=column)
         try:
             with self._engine.begin() as conn:
-                self._write_fenced(conn, lease, lease_seconds, now, watermark=new_watermark,
+                self._write_fenced(conn, lease, lease_seconds, _now(conn), watermark=new_watermark,
                                    status_json=json.dumps(status, default=str, separators=(",", ":")))
         except DBAPIError as exc:
             raise store_error(exc, f"persisting the watermark {watermark} of bridge {self._name!r}") from exc
@@ -202,9 +210,9 @@ class OffsetStore:
         command gave up waiting and marked it refused; raises FencedError if this lease is stale.
         """
         audit = bridge_replay_audit
-        now = _now()
         try:
             with self._engine.begin() as conn:
+                now = _now(conn)
                 marked = conn.execute(
                     update(audit).where(audit.c.id == request.id, audit.c.status == "pending")
                     .values(status="applied", applied_at=now)
@@ -238,7 +246,7 @@ class OffsetStore:
                 conn.execute(
                     update(bridge_offsets)
                     .where(bridge_offsets.c.bridge_name == self._name, bridge_offsets.c.epoch == lease.epoch)
-                    .values(owner=None, lease_expires_at=None, updated_at=_now())
+                    .values(owner=None, lease_expires_at=None, updated_at=_now(conn))
                 )
         except DBAPIError as exc:
             raise store_error(exc, f"releasing the lease of bridge {self._name!r}") from exc
@@ -260,7 +268,7 @@ class OffsetStore:
                     update(bridge_offsets)
                     .where(bridge_offsets.c.bridge_name == self._name, bridge_offsets.c.epoch == epoch)
                     .values(watermark=watermark, epoch=epoch + 1, owner=None, lease_expires_at=None,
-                            updated_at=_now())
+                            updated_at=_now(conn))
                 )
         except DBAPIError as exc:
             raise store_error(exc, f"setting the watermark of bridge {self._name!r}") from exc

@@ -418,3 +418,14 @@ def test_retention_is_off_by_default_and_takes_a_duration() -> None:
 def test_bad_retention_names_the_setting_and_the_forms(value: str) -> None:
     message = refusal({"OUTBOX_DB_URL": "sqlite:///x.db", "BRIDGE_RETENTION": value})
     assert "BRIDGE_RETENTION" in message and "e.g. 90m, 12h, 7d" in message
+
+
+@pytest.mark.parametrize(("persist", "lease"), [("5", "10"), ("6", "10"), ("1", "1")])
+def test_a_persist_interval_of_half_the_lease_timeout_or_more_is_refused(persist: str, lease: str) -> None:
+    message = refusal({"BRIDGE_PERSIST_INTERVAL_S": persist, "BRIDGE_LEASE_TIMEOUT_S": lease})
+    assert f"BRIDGE_PERSIST_INTERVAL_S={persist} is half or more of BRIDGE_LEASE_TIMEOUT_S={lease}" in message
+
+
+def test_a_persist_interval_below_half_the_lease_timeout_is_accepted() -> None:
+    config = load_config(env={"BRIDGE_PERSIST_INTERVAL_S": "4.9", "BRIDGE_LEASE_TIMEOUT_S": "10"})
+    assert config.persist_interval_s == 4.9
