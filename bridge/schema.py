@@ -2,8 +2,9 @@
 
 The tables are created only by the Alembic migrations (`bridge.migrate.upgrade`), never by
 `metadata.create_all`: the migrations add what a portable `Table` cannot say, namely the
-PostgreSQL sequence function and notify trigger and each dialect's commit-visibility column.
-A test compares a migrated database with this metadata, so the two cannot drift apart.
+PostgreSQL sequence function and notify trigger, the SQL Server ticket table, sequence and
+INSTEAD OF INSERT trigger, and each dialect's commit-visibility column. A test compares a migrated
+database with this metadata, so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ NOTIFY_CHANNEL: Final = "outbox_events"
 SEQ_FUNCTION: Final = "outbox_next_seq"
 #: PostgreSQL sequence behind `SEQ_FUNCTION`, owned by `domain_events.seq`.
 SEQ_SEQUENCE: Final = "domain_events_seq_seq"
+#: SQL Server (revision 0002): the INSTEAD OF INSERT trigger on `domain_events` that takes a ticket
+#: (an active rowversion) before it draws seqs from `MSSQL_SEQ_SEQUENCE`; the table of tickets; and
+#: the CHECK that refuses a row whose seq did not come from the trigger. A start-up check can look
+#: these names up in sys.triggers, sys.sequences, sys.tables and sys.check_constraints.
+MSSQL_SEQ_TRIGGER: Final = "domain_events_stamp_then_seq"
+MSSQL_SEQ_SEQUENCE: Final = "domain_events_seq"
+MSSQL_TICKETS: Final = "outbox_seq_tickets"
+MSSQL_SEQ_CHECK: Final = "ck_domain_events_seq_drawn"
 #: The commit-visibility ("horizon") column each dialect adds to `domain_events`. It is left out of
 #: the portable `Table` below so that `select(domain_events)` works on every dialect; SQLite needs
 #: none because it has one writer at a time, so commit order is seq order.
