@@ -16,6 +16,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     Dialect,
+    FetchedValue,
     Integer,
     MetaData,
     PrimaryKeyConstraint,
@@ -157,7 +158,11 @@ metadata = MetaData(
 domain_events = Table(
     "domain_events",
     metadata,
-    Column("seq", SeqType, primary_key=True, autoincrement=True),
+    # The database draws the seq: outbox_next_seq() on PostgreSQL, the INSTEAD OF INSERT trigger on
+    # SQL Server, the rowid on SQLite. FetchedValue (rather than autoincrement) keeps SQLAlchemy from
+    # treating it as an IDENTITY on SQL Server, where it would ask SCOPE_IDENTITY() for it afterwards
+    # and get NULL: the trigger's insert runs in another scope.
+    Column("seq", SeqType, FetchedValue(), primary_key=True),
     Column("event_id", Unicode(100), nullable=False),
     Column("aggregate_type", Unicode(255), nullable=False),
     Column("aggregate_id", Unicode(255), nullable=False),
@@ -168,6 +173,9 @@ domain_events = Table(
     Column("schema_version", Integer, nullable=False, server_default=text("1")),
     UniqueConstraint("event_id", name=EVENT_ID_UNIQUE),
     sqlite_autoincrement=True,
+    # SQL Server refuses `OUTPUT inserted...` (without INTO) on a table with a trigger, and SQLAlchemy
+    # would add `OUTPUT inserted.seq` to a one-row INSERT to learn the seq. Nothing here needs it back.
+    implicit_returning=False,
 )
 
 bridge_offsets = Table(
