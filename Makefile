@@ -8,12 +8,20 @@ PY := $(VENV)/bin/python
 BROKERS ?= 1
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed
+# SQL Server tests: Microsoft's ODBC driver from PyPI, registered with unixODBC in ODBC_DIR only.
+MSSQL_ODBC_PACKAGE ?= mssql-python-odbc>=18.6,<19
+ODBC_DIR := .run/odbc
+TEST_NEEDS :=
+ifneq ($(strip $(TEST_SQLSERVER_URL)),)
+TEST_NEEDS += mssql-driver
+export ODBCSYSINI := $(CURDIR)/$(ODBC_DIR)
+endif
 
 export SPARK_LOCAL_IP := 127.0.0.1
 
 help: ## show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
-	@echo "  Variables: BROKERS=1|3 (make up), PYTEST_ARGS=... (make test)"
+	@echo "  Variables: BROKERS=1|3 (make up), PYTEST_ARGS=... (make test), TEST_SQLSERVER_URL=mssql+pyodbc://... (make test)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +36,13 @@ sysdeps: ## install the Debian packages the tests use when missing (promtool/pro
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; \
 	  else echo "promtool is missing: sudo apt-get install prometheus" >&2; exit 1; fi; }
 
+mssql-driver: $(STAMP) ## SQL Server tests: unixODBC (apt), pyodbc and Microsoft's ODBC Driver 18 (PyPI), registered in .run/odbc
+	@ldconfig -p | grep -q 'libodbc\.so\.2 ' || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends unixodbc; \
+	  else echo "unixODBC is missing: sudo apt-get install unixodbc" >&2; exit 1; fi; }
+	$(PY) -m pip install -q -e '.[mssql]' '$(MSSQL_ODBC_PACKAGE)'
+	$(PY) ops/mssql_odbc.py $(ODBC_DIR)
+
 jars: $(STAMP) ## resolve the Kafka broker, Spark Kafka connector and Delta jars into .cache/jars
 	$(PY) ops/localstack.py jars kafka spark
 
@@ -40,7 +55,7 @@ down: ## stop every process the local stack started
 status: $(STAMP) ## show which stack processes run
 	$(PY) ops/localstack.py status
 
-test: $(STAMP) jars sysdeps ## run the whole test suite (starts what it needs)
+test: $(STAMP) jars sysdeps $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## run only the fast unit tests
@@ -59,4 +74,4 @@ bench: $(STAMP) jars ## run the benchmark suite; results go to docs/BENCHMARKS.m
 clean: down ## stop the stack and remove .run (keeps .venv and .cache)
 	rm -rf .run
 
-.PHONY: help venv sysdeps jars up down status test test-unit lint demo bench clean
+.PHONY: help venv sysdeps mssql-driver jars up down status test test-unit lint demo bench clean

@@ -2,8 +2,9 @@
 
 The tables are created only by the Alembic migrations (`bridge.migrate.upgrade`), never by
 `metadata.create_all`: the migrations add what a portable `Table` cannot say, namely the
-PostgreSQL sequence function and notify trigger and each dialect's commit-visibility column.
-A test compares a migrated database with this metadata, so the two cannot drift apart.
+PostgreSQL sequence function and notify trigger, the SQL Server ticket table, sequence and
+INSTEAD OF INSERT trigger, and each dialect's commit-visibility column. A test compares a migrated
+database with this metadata, so the two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     Dialect,
+    FetchedValue,
     Integer,
     MetaData,
     PrimaryKeyConstraint,
@@ -42,6 +44,14 @@ NOTIFY_CHANNEL: Final = "outbox_events"
 SEQ_FUNCTION: Final = "outbox_next_seq"
 #: PostgreSQL sequence behind `SEQ_FUNCTION`, owned by `domain_events.seq`.
 SEQ_SEQUENCE: Final = "domain_events_seq_seq"
+#: SQL Server (revision 0002): the INSTEAD OF INSERT trigger on `domain_events` that takes a ticket
+#: (an active rowversion) before it draws seqs from `MSSQL_SEQ_SEQUENCE`; the table of tickets; and
+#: the CHECK that refuses a row whose seq did not come from the trigger. A start-up check can look
+#: these names up in sys.triggers, sys.sequences, sys.tables and sys.check_constraints.
+MSSQL_SEQ_TRIGGER: Final = "domain_events_stamp_then_seq"
+MSSQL_SEQ_SEQUENCE: Final = "domain_events_seq"
+MSSQL_TICKETS: Final = "outbox_seq_tickets"
+MSSQL_SEQ_CHECK: Final = "ck_domain_events_seq_drawn"
 #: The commit-visibility ("horizon") column each dialect adds to `domain_events`. It is left out of
 #: the portable `Table` below so that `select(domain_events)` works on every dialect; SQLite needs
 #: none because it has one writer at a time, so commit order is seq order.
@@ -148,7 +158,11 @@ metadata = MetaData(
 domain_events = Table(
     "domain_events",
     metadata,
-    Column("seq", SeqType, primary_key=True, autoincrement=True),
+    # The database draws the seq: outbox_next_seq() on PostgreSQL, the INSTEAD OF INSERT trigger on
+    # SQL Server, the rowid on SQLite. FetchedValue (rather than autoincrement) keeps SQLAlchemy from
+    # treating it as an IDENTITY on SQL Server, where it would ask SCOPE_IDENTITY() for it afterwards
+    # and get NULL: the trigger's insert runs in another scope.
+    Column("seq", SeqType, FetchedValue(), primary_key=True),
     Column("event_id", Unicode(100), nullable=False),
     Column("aggregate_type", Unicode(255), nullable=False),
     Column("aggregate_id", Unicode(255), nullable=False),
@@ -159,6 +173,9 @@ domain_events = Table(
     Column("schema_version", Integer, nullable=False, server_default=text("1")),
     UniqueConstraint("event_id", name=EVENT_ID_UNIQUE),
     sqlite_autoincrement=True,
+    # SQL Server refuses `OUTPUT inserted...` (without INTO) on a table with a trigger, and SQLAlchemy
+    # would add `OUTPUT inserted.seq` to a one-row INSERT to learn the seq. Nothing here needs it back.
+    implicit_returning=False,
 )
 
 bridge_offsets = Table(

@@ -172,7 +172,8 @@ def _connection(target: Connection | Session) -> Connection:
 def append(target: Connection | Session, events: Iterable[OutboxEvent]) -> None:
     """Insert `events`, in order, in the transaction of `target` (a `Connection` or ORM `Session`);
     the caller commits. On `DuplicateEventError` roll the transaction back: PostgreSQL has already
-    aborted it, and other databases may hold the part of the batch inserted before the duplicate."""
+    aborted it, SQL Server has rolled it back (the error is raised inside the outbox trigger), and
+    SQLite may hold the part of the batch inserted before the duplicate."""
     batch = list(events)
     for event in batch:
         if not isinstance(event, OutboxEvent):
@@ -183,8 +184,16 @@ def append(target: Connection | Session, events: Iterable[OutboxEvent]) -> None:
     if repeated:
         raise DuplicateEventError(f"event_id repeated within one append: {', '.join(repeated)}")
     conn = _connection(target)
+    rows = [event.row() for event in batch]
     try:
-        conn.execute(_INSERT, [event.row() for event in batch])
+        if conn.dialect.name == "mssql":
+            # One statement per event. The INSTEAD OF INSERT trigger numbers the rows of one statement
+            # by (occurred_at, event_id): its `inserted` rows carry no VALUES order. One row per
+            # statement keeps seq order = list order, which consumers rely on per aggregate.
+            for row in rows:
+                conn.execute(_INSERT, row)
+        else:
+            conn.execute(_INSERT, rows)
     except IntegrityError as exc:
         duplicates = _duplicates(conn, exc, [event.event_id for event in batch])
         if duplicates is None:

@@ -7,8 +7,10 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, insert
 
 from bridge.errors import DuplicateEventError, InvalidEventError
+from bridge.schema import domain_events
 from bridge.writer import RESERVED_HEADERS, OutboxEvent, append
 
 pytestmark = pytest.mark.unit
@@ -152,3 +154,91 @@ def test_append_refuses_what_is_not_an_outbox_event() -> None:
 def test_append_needs_a_connection_or_session() -> None:
     with pytest.raises(TypeError, match="Connection or Session"):
         append(object(), [event()])  # type: ignore[arg-type]
+
+
+class _RecordingDriver:
+    """A stand-in for pyodbc that records every statement SQLAlchemy sends it: enough to see what the
+    writer asks SQL Server to run, without a server or an ODBC driver."""
+
+    paramstyle = "qmark"
+    version = "5.1.0"
+    DATETIME, STRING, NUMBER, BINARY, ROWID = 93, 1, 2, 3, 4
+    SQL_WVARCHAR, SQL_VARCHAR, SQL_WCHAR = -9, 12, -8
+
+    class Error(Exception):
+        pass
+
+    Warning = InterfaceError = DatabaseError = DataError = OperationalError = Error
+    IntegrityError = InternalError = ProgrammingError = NotSupportedError = Error
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        driver = self
+
+        class Cursor:
+            description = None
+            rowcount = 1
+
+            def execute(self, sql: str, params: Any = ()) -> None:
+                driver.sent.append(sql)
+
+            def executemany(self, sql: str, rows: Any) -> None:
+                driver.sent.append(f"MANY {sql}")
+
+            def fetchall(self) -> list[tuple[None]]:
+                return [(None,)]  # what SELECT scope_identity() gives after an INSTEAD OF trigger
+
+            def nextset(self) -> bool:
+                return False
+
+            def setinputsizes(self, sizes: Any) -> None:
+                pass
+
+            def close(self) -> None:
+                pass
+
+        class Connection:
+            def cursor(self) -> Cursor:
+                return Cursor()
+
+            def commit(self) -> None:
+                pass
+
+            def rollback(self) -> None:
+                pass
+
+            def close(self) -> None:
+                pass
+
+            def add_output_converter(self, *args: Any) -> None:
+                pass
+
+        self.Cursor = Cursor
+        self.connect = lambda *args, **kwargs: Connection()
+
+
+def test_on_sql_server_each_event_is_its_own_insert_in_order_without_output_or_scope_identity() -> None:
+    driver = _RecordingDriver()
+    engine = create_engine("mssql+pyodbc://u:p@db/outbox?driver=x", module=driver, _initialize=False)
+    events = [event(event_id=f"e-{n}") for n in range(3)]
+    with engine.begin() as conn:
+        append(conn, events)
+    inserts = [sql for sql in driver.sent if "domain_events" in sql]
+    # One statement per event keeps seq order = list order (the trigger numbers one statement's rows
+    # by occurred_at, event_id). No OUTPUT (refused on a table with a trigger), no scope_identity()
+    # (NULL after an INSTEAD OF trigger), and seq left to the trigger.
+    assert len(inserts) == 3
+    for sql in inserts:
+        assert sql.startswith("INSERT INTO domain_events (event_id,")
+        assert "OUTPUT" not in sql.upper() and "scope_identity" not in sql.lower()
+        assert "seq" not in sql.split("VALUES")[0]
+    assert not any(sql.startswith("MANY") or "IDENTITY_INSERT" in sql for sql in driver.sent)
+
+
+def test_a_core_insert_into_domain_events_asks_sql_server_for_nothing_back() -> None:
+    driver = _RecordingDriver()
+    engine = create_engine("mssql+pyodbc://u:p@db/outbox?driver=x", module=driver, _initialize=False)
+    with engine.begin() as conn:
+        conn.execute(insert(domain_events), event(event_id="e-1").row() | {"occurred_at": datetime.now(UTC)})
+    [sql] = [sql for sql in driver.sent if "domain_events" in sql]
+    assert "OUTPUT" not in sql.upper() and "scope_identity" not in sql.lower()
