@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
+from sqlalchemy.exc import DBAPIError
 
 from bridge.backoff import Backoff, BackoffPolicy
 from bridge.config import BridgeConfig, PoisonPolicy
@@ -35,6 +36,8 @@ from bridge.producer_settings import producer_settings
 from bridge.publisher import KafkaPublisher, Publisher
 from bridge.records import DEFAULT_MAX_MESSAGE_BYTES, KafkaRecord, TopicRouter, build_record
 from bridge.store.engine import make_engine, make_reader
+from bridge.store.failures import store_error
+from bridge.store.invariants import OutboxDamagedError, check_never_skip
 from bridge.store.reader import OutboxReader
 from bridge.store.rows import OutboxRow
 from bridge.topics import TopicGuard, TopicPolicy
@@ -42,6 +45,8 @@ from bridge.topics import TopicGuard, TopicPolicy
 log = logging.getLogger("bridge.daemon")
 
 EXIT_OK = 0
+#: The outbox's seq path is damaged (see bridge.store.invariants); the same code as a configuration error.
+EXIT_DAMAGED = 2
 EXIT_POISON = 3
 EXIT_UNSAFE = 4
 
@@ -138,9 +143,13 @@ class BridgeDaemon:
         backoff = Backoff(BackoffPolicy(initial_s=0.2, cap_s=5.0))
         if self.config.retention_period is not None:
             threading.Thread(target=self._retention_loop, name="outbox-retention", daemon=True).start()
+        checked = False
         try:
             while not self._stop.is_set():
                 try:
+                    if not checked:
+                        self._check_outbox()
+                        checked = True
                     lease = self._acquire()
                     if lease is None:
                         break
@@ -159,10 +168,22 @@ class BridgeDaemon:
                     self.last_error = str(exc)
                     log.error("unsafe topic; stopping", extra={"error": str(exc)})
                     return EXIT_UNSAFE
+                except OutboxDamagedError as exc:
+                    self.last_error = str(exc)
+                    log.error("the outbox's seq path is damaged; not publishing", extra={"error": str(exc)})
+                    return EXIT_DAMAGED
             return EXIT_OK
         finally:
             self._ready.clear()
             self.engine.dispose()
+
+    def _check_outbox(self) -> None:
+        """Refuse to lead an outbox whose seq path no longer takes the horizon stamp first."""
+        try:
+            with self.engine.connect() as conn:
+                check_never_skip(conn)
+        except DBAPIError as exc:
+            raise store_error(exc, "checking the outbox's seq path") from exc
 
     def _acquire(self) -> Lease | None:
         """Stand by until the lease is free (another instance died or stopped), then take it."""
