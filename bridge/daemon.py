@@ -28,6 +28,7 @@ from sqlalchemy.exc import DBAPIError
 from bridge.backoff import Backoff, BackoffPolicy
 from bridge.config import BridgeConfig, PoisonPolicy
 from bridge.core.holes import SeqRange
+from bridge.core.late import SettledHoles
 from bridge.core.watermark import AckTracker
 from bridge.errors import FencedError, PoisonEventError, TopicSafetyError, TransientStoreError
 from bridge.metrics import BridgeMetrics
@@ -40,7 +41,7 @@ from bridge.store.failures import store_error
 from bridge.store.invariants import OutboxDamagedError, check_never_skip
 from bridge.store.reader import OutboxReader
 from bridge.store.rows import OutboxRow
-from bridge.topics import TopicGuard, TopicPolicy
+from bridge.topics import TopicChecker, TopicGuard, TopicPolicy
 
 log = logging.getLogger("bridge.daemon")
 
@@ -62,6 +63,8 @@ RECORD_REFUSED = frozenset({
     KafkaError.INVALID_MSG,
     KafkaError.INVALID_MSG_SIZE,
 })
+#: A transaction holding the horizon back this long is worth a warning; shorter ones are ordinary commits.
+LONG_TRANSACTION_S = 10.0
 #: How long a rewind waits for in-flight acks before it discards the producer.
 REWIND_DRAIN_S = 10.0
 
@@ -83,7 +86,7 @@ class BridgeDaemon:
         metrics: BridgeMetrics | None = None,
         publisher_factory: Callable[[dict[str, Any], Callable[[int, int, KafkaError | None], None]], Publisher]
         | None = None,
-        topic_guard: TopicGuard | None = None,
+        topic_guard: TopicChecker | None = None,
         instance_id: str | None = None,
     ) -> None:
         self.config = config
@@ -118,6 +121,7 @@ class BridgeDaemon:
         self._solo_seq: int | None = None
         self._leading = False
         self._lease_deadline = 0.0
+        self._settled = SettledHoles()
         self.retention_passes = 0
 
     # ------------------------------------------------------------------------------------ lifecycle
@@ -264,6 +268,7 @@ class BridgeDaemon:
                 now = time.monotonic()
                 if now - persisted_at >= config.persist_interval_s or now >= lease_valid_until:
                     try:
+                        publisher = self._publish_late_rows(lease, tracker, source, publisher)
                         self._persist(lease, tracker, source)
                         # Counted from before the renewal was sent, on this machine's monotonic clock.
                         lease_valid_until = self._lease_deadline = now + config.lease_timeout_s
@@ -335,6 +340,7 @@ class BridgeDaemon:
         self._sent.clear()
         self._solo_seq = None
         source.forget_holes()
+        self._settled.forget_from(watermark + 1)
         return self._new_publisher()
 
     # ---------------------------------------------------------------------------------------- read
@@ -359,6 +365,7 @@ class BridgeDaemon:
             for row in batch.in_order():
                 if isinstance(row, SeqRange):
                     holes = tracker.settle(row)
+                    self._settled.add(row)
                     self.holes_settled += holes
                     self.metrics.holes_settled.inc(holes)
                     continue
@@ -514,12 +521,35 @@ class BridgeDaemon:
 
     def _persist(self, lease: Lease, tracker: AckTracker, source: OutboxReader) -> None:
         status = self._status(tracker, source)
-        if status["horizon_holder"]:
+        if status["horizon_holder"] and self.metrics.horizon_oldest_xact_age_seconds._value.get() >= LONG_TRANSACTION_S:
             log.warning("a long transaction holds publishing back", extra={"holder": status["horizon_holder"]})
         self.offsets.persist(lease, tracker.watermark, self.config.lease_timeout_s, status)
         self.metrics.last_persist_timestamp_seconds.set(time.time())
 
     # -------------------------------------------------------------------------------------- rewind
+
+    def _publish_late_rows(self, lease: Lease, tracker: AckTracker, source: OutboxReader,
+                           publisher: Publisher) -> Publisher:
+        """Publish a row that appeared in a hole already settled: count it and rewind to just before it.
+
+        Everything after it is sent again (duplicates, never a loss), so each key's events still reach
+        Kafka in seq order from there on.
+        """
+        late = source.rows_in(self._settled.recent())
+        if not late:
+            return publisher
+        first = late[0]
+        self.metrics.late_events.inc(len(late))
+        log.error("rows appeared in seq gaps already settled as rolled back; publishing them late by rewinding "
+                  "(check that every writer uses the outbox's seq default and no row is inserted with a seq)",
+                  extra={"seqs": late[:20], "rewind_to": first - 1, "watermark": tracker.watermark})
+        self._drain(tracker, publisher, min(REWIND_DRAIN_S, self.config.lease_timeout_s / 4))
+        publisher.close()
+        publisher = self._restart_from(min(first - 1, tracker.watermark), tracker, source)
+        # Lowered on purpose, like an operator's rewind: a crash now must resume below the late row.
+        self.offsets.persist(lease, tracker.watermark, self.config.lease_timeout_s,
+                             {"late_rows": late[:20]}, allow_lower=True)
+        return publisher
 
     def _pick_up_rewind(self, lease: Lease, tracker: AckTracker, source: OutboxReader,
                         publisher: Publisher) -> Publisher:

@@ -31,10 +31,6 @@ class PublishError(OutboxError):
     """Kafka refused or failed a delivery."""
 
 
-class FatalPublishError(PublishError):
-    """A non-retriable or fatal producer error: the producer is rebuilt and the bridge rewinds."""
-
-
 class PoisonEventError(PublishError):
     """A row that can never be published as it is (too large, bad key, bad JSON, unroutable)."""
 

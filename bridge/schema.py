@@ -19,7 +19,6 @@ from sqlalchemy import (
     FetchedValue,
     Integer,
     MetaData,
-    PrimaryKeyConstraint,
     String,
     Table,
     TypeDecorator,
@@ -205,15 +204,6 @@ bridge_replay_audit = Table(
     Column("requested_at", UtcTimestamp(), nullable=False, server_default=utc_now()),
     Column("applied_at", UtcTimestamp(), nullable=True),
     Column("status", String(32), nullable=False, server_default="pending"),
-)
-
-bridge_holes = Table(
-    "bridge_holes",
-    metadata,
-    Column("bridge_name", String(200), nullable=False),
-    Column("seq", BigInteger, nullable=False),
-    Column("settled_at", UtcTimestamp(), nullable=False, server_default=utc_now()),
-    PrimaryKeyConstraint("bridge_name", "seq"),
 )
 
 #: `bridge_replay_audit.mode` and `.status` values.

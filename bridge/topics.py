@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -57,6 +58,12 @@ class TopicReport:
     @property
     def safe(self) -> bool:
         return self.exists and not self.problems
+
+
+class TopicChecker(Protocol):
+    """What the daemon needs of a topic guard: check (or create) a topic before its first use."""
+
+    def ensure(self, topic: str, allow_create: bool) -> TopicReport: ...
 
 
 class TopicGuard:

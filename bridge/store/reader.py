@@ -11,12 +11,12 @@ tracker's position, the bridge's one cursor).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -70,6 +70,10 @@ class OutboxReader(Protocol):
         ...
 
     def head_seq(self) -> int: ...
+
+    def rows_in(self, holes: Sequence[SeqRange]) -> list[int]:
+        """The seqs that exist now inside `holes` (holes settled earlier), in seq order."""
+        ...
 
     def oldest_after(self, seq: int) -> OutboxRow | None: ...
 
@@ -145,6 +149,15 @@ class SqlReader(TailReader[Session]):
     def head_seq(self) -> int:
         head = self._run("reading the head seq", lambda c: c.execute(select(func.max(domain_events.c.seq))).scalar())
         return int(head or 0)
+
+    def rows_in(self, holes: Sequence[SeqRange]) -> list[int]:
+        if not holes:
+            return []
+        seq = domain_events.c.seq
+        query = select(seq).where(or_(*(seq.between(h.first, h.last) for h in holes))).order_by(seq).limit(100)
+        found: list[int] = self._run("looking for rows in settled holes",
+                                     lambda c: [int(v) for v in c.execute(query).scalars()])
+        return found
 
     def oldest_after(self, seq: int) -> OutboxRow | None:
         rows = self._run("reading the oldest unpublished event", lambda c: select_after(c, seq, 1))

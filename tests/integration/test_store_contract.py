@@ -18,13 +18,13 @@ from sqlalchemy.orm import Session
 
 from bridge import migrate
 from bridge.errors import DuplicateEventError
-from bridge.schema import bridge_holes, bridge_offsets, bridge_replay_audit, domain_events, metadata
+from bridge.schema import bridge_offsets, bridge_replay_audit, domain_events, metadata
 from bridge.store import OutboxRow, select_after
 from bridge.writer import OutboxEvent, append, append_one
 
 pytestmark = pytest.mark.integration
 
-OUTBOX_TABLES = {"domain_events", "bridge_offsets", "bridge_replay_audit", "bridge_holes"}
+OUTBOX_TABLES = {"domain_events", "bridge_offsets", "bridge_replay_audit"}
 
 # JSON texts a byte-for-byte store must give back unchanged: odd whitespace, key order, escapes next
 # to the characters they stand for, non-BMP and combining characters, numbers a parser would rewrite.
@@ -217,12 +217,9 @@ def test_the_bridge_tables_take_rows_and_fill_their_defaults(engine: Engine) -> 
                 bridge_name="default", mode="rewind", from_seq=10, requested_by="ops@example"
             )
         )
-        conn.execute(insert(bridge_holes).values(bridge_name="default", seq=7))
         offsets = conn.execute(select(bridge_offsets)).mappings().one()
         audit = conn.execute(select(bridge_replay_audit)).mappings().one()
-        hole = conn.execute(select(bridge_holes)).mappings().one()
     assert (offsets["watermark"], offsets["epoch"], offsets["owner"]) == (0, 0, None)
     assert offsets["updated_at"].tzinfo is not None
     assert audit["id"] >= 1 and audit["status"] == "pending" and audit["to_seq"] is None
     assert abs(audit["requested_at"] - datetime.now(UTC)) < timedelta(minutes=5)
-    assert hole["seq"] == 7 and hole["settled_at"].tzinfo is not None

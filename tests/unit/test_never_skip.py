@@ -16,6 +16,7 @@ PostgreSQL writer that draws its seq before its xid).
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -79,7 +80,7 @@ class Bridge:
 
 def check(model: Model, bridge: Bridge) -> None:
     delivered = bridge.delivered
-    assert all(a < b for a, b in zip(delivered, delivered[1:], strict=False)), f"out of order or twice: {delivered}"
+    assert all(a < b for a, b in itertools.pairwise(delivered)), f"out of order or twice: {delivered}"
     assert not set(delivered) & model.aborted, "delivered a rolled-back seq"
     doomed = bridge.settled & (set(model.committed) | model.in_progress_seqs())
     if doomed:

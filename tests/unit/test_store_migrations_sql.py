@@ -217,8 +217,11 @@ def test_downgrade_sql_drops_everything_the_upgrade_created() -> None:
     assert ddl.index("DROP TABLE domain_events") < ddl.index("DROP FUNCTION outbox_next_seq()")
 
 
-def test_head_is_the_sql_server_seq_path_revision() -> None:
-    assert migrate.head() == "0002"
+def test_head_drops_the_holes_table_nothing_wrote() -> None:
+    assert migrate.head() == "0003"
+    for dialect in ("sqlite", "postgresql", "mssql"):
+        ddl = migrate.sql(dialect, "0002:0003")
+        assert "DROP TABLE bridge_holes" in ddl
 
 
 @pytest.mark.parametrize(

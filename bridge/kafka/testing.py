@@ -1,0 +1,65 @@
+"""In-memory stand-ins for the Kafka side, for fast tests of the daemon without a broker.
+
+`InMemoryPublisher` implements the `Publisher` interface: records are "delivered" on the next `poll`,
+in the order they were sent, and reported through the same delivery callback the real producer uses.
+`AcceptingTopicGuard` accepts every topic with the broker's default size limit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from bridge.publisher import DeliveryFailure
+from bridge.records import KafkaRecord
+from bridge.topics import TopicReport
+
+#: The broker's default max.message.bytes plus the record batch overhead, as a real topic reports it.
+DEFAULT_TOPIC_MAX_MESSAGE_BYTES = 1_048_588
+
+
+class InMemoryPublisher:
+    """A producer whose broker accepts everything; `delivered` holds the records in delivery order."""
+
+    def __init__(self, on_delivery: Callable[[int, int, KafkaError | None], None],
+                 delivered: list[KafkaRecord] | None = None) -> None:
+        self.failure: DeliveryFailure | None = None
+        self.delivered: list[KafkaRecord] = [] if delivered is None else delivered
+        self._on_delivery = on_delivery
+        self._queued: list[tuple[KafkaRecord, int]] = []
+        self.closed = False
+
+    def send(self, record: KafkaRecord, generation: int) -> None:
+        self._queued.append((record, generation))
+
+    def poll(self, timeout: float) -> int:
+        queued, self._queued = self._queued, []
+        if not queued and timeout:
+            time.sleep(min(timeout, 0.01))
+        for record, generation in queued:
+            self.delivered.append(record)
+            self._on_delivery(record.seq, generation, None)
+        return len(queued)
+
+    def flush(self, timeout: float) -> int:
+        self.poll(0)
+        return 0
+
+    def close(self) -> None:
+        self._queued.clear()
+        self.closed = True
+
+
+class AcceptingTopicGuard:
+    """A topic guard for which every topic exists and is safe."""
+
+    def ensure(self, topic: str, allow_create: bool) -> TopicReport:
+        return TopicReport(topic, exists=True, max_message_bytes=DEFAULT_TOPIC_MAX_MESSAGE_BYTES)
+
+
+def publisher_factory(delivered: list[KafkaRecord]) -> Callable[[dict[str, Any], Any], InMemoryPublisher]:
+    """A `BridgeDaemon(publisher_factory=...)` whose every producer appends to one `delivered` list."""
+    return lambda _settings, on_delivery: InMemoryPublisher(on_delivery, delivered)
