@@ -1,144 +1,15 @@
-"""The offset store on a SQLite file: the lease fences the watermark by epoch, the watermark only moves
-forward, and a rewind request lowers it only under the current epoch, atomically with its audit row."""
+"""The lease and offset store contract on SQLite (a file per test): see tests/contracts/offsets.py."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import insert, select
-from sqlalchemy.engine import Engine
 
-from bridge.errors import FencedError
-from bridge.migrate import upgrade
-from bridge.offsets import Lease, OffsetStore
-from bridge.schema import bridge_replay_audit
-from bridge.store.engine import make_engine
+from tests.contracts.offsets import OffsetStoreContract
 
 
-@pytest.fixture()
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    url = f"sqlite:///{tmp_path / 'offsets.db'}"
-    upgrade(url)
-    engine = make_engine(url)
-    yield engine
-    engine.dispose()
-
-
-def _take(store: OffsetStore, owner: str, lease_seconds: float) -> Lease:
-    lease = store.try_acquire(owner, lease_seconds)
-    assert lease is not None, f"{owner} should get the lease"
-    return lease
-
-
-def test_a_paused_former_leader_with_a_stale_epoch_cannot_move_the_watermark(engine: Engine) -> None:
-    store = OffsetStore(engine, "orders")
-    old = _take(store, "a", lease_seconds=0.2)
-    store.persist(old, 10, 0.2, {})
-    time.sleep(0.3)  # "a" is paused past its lease
-    new = _take(store, "b", lease_seconds=30)
-    assert new.epoch == old.epoch + 1 and new.watermark == 10
-    store.persist(new, 15, 30, {})
-
-    with pytest.raises(FencedError, match="no longer current"):
-        store.persist(old, 99, 0.2, {})
-    row = store.read()
-    assert row is not None
-    assert (row.watermark, row.epoch, row.owner) == (15, new.epoch, "b")
-
-
-def test_a_live_lease_is_not_taken_and_a_released_one_is_taken_at_once(engine: Engine) -> None:
-    store = OffsetStore(engine, "orders")
-    leader = _take(store, "a", lease_seconds=30)
-    assert store.try_acquire("b", 30) is None
-    store.release(leader)
-    assert _take(store, "b", 30).epoch == leader.epoch + 1
-
-
-def test_the_watermark_only_moves_forward_unless_lowering_is_asked_for(engine: Engine) -> None:
-    store = OffsetStore(engine, "orders")
-    lease = _take(store, "a", 30)
-    store.persist(lease, 100, 30, {})
-    store.persist(lease, 40, 30, {"note": "a bug would do this"})
-    row = store.read()
-    assert row is not None and row.watermark == 100
-    assert row.status == {"note": "a bug would do this"}  # the lease and status are still written
-    store.persist(lease, 40, 30, {}, allow_lower=True)
-    row = store.read()
-    assert row is not None and row.watermark == 40
-
-
-def _request(engine: Engine, bridge: str, from_seq: int, status: str = "pending") -> int:
-    with engine.begin() as conn:
-        result = conn.execute(insert(bridge_replay_audit).values(
-            bridge_name=bridge, mode="rewind", from_seq=from_seq, requested_by="test", reason="why",
-            requested_at=datetime.now(UTC), status=status))
-        return int(result.inserted_primary_key[0])
-
-
-def _audit_status(engine: Engine, request_id: int) -> tuple[str, datetime | None]:
-    with engine.connect() as conn:
-        row = conn.execute(select(bridge_replay_audit.c.status, bridge_replay_audit.c.applied_at)
-                           .where(bridge_replay_audit.c.id == request_id)).one()
-    return row.status, row.applied_at
-
-
-def test_pending_rewinds_come_oldest_first_and_only_for_this_bridge(engine: Engine) -> None:
-    store = OffsetStore(engine, "orders")
-    _request(engine, "payments", 3)
-    _request(engine, "orders", 9, status="applied")
-    first = _request(engine, "orders", 7)
-    _request(engine, "orders", 5)
-    pending = store.pending_rewind()
-    assert pending is not None and (pending.id, pending.from_seq) == (first, 7)
-
-
-def test_a_rewind_lowers_the_watermark_and_marks_the_request_applied_together(engine: Engine) -> None:
-    store = OffsetStore(engine, "orders")
-    lease = _take(store, "a", 30)
-    store.persist(lease, 100, 30, {})
-    request_id = _request(engine, "orders", 41)
-    request = store.pending_rewind()
-    assert request is not None
-
-    assert store.apply_rewind(lease, request, 30) is True
-    row = store.read()
-    assert row is not None and row.watermark == 40 and row.epoch == lease.epoch
-    status, applied_at = _audit_status(engine, request_id)
-    assert status == "applied" and applied_at is not None
-    assert store.pending_rewind() is None
-
-
-def test_a_stale_leader_cannot_apply_a_rewind_and_the_request_stays_pending(engine: Engine) -> None:
-    store = OffsetStore(engine, "orders")
-    old = _take(store, "a", 0.1)
-    store.persist(old, 100, 0.1, {})
-    time.sleep(0.2)
-    _take(store, "b", 30)
-    request_id = _request(engine, "orders", 41)
-    request = store.pending_rewind()
-    assert request is not None
-
-    with pytest.raises(FencedError):
-        store.apply_rewind(old, request, 30)
-    row = store.read()
-    assert row is not None and row.watermark == 100
-    assert _audit_status(engine, request_id) == ("pending", None)
-
-
-def test_a_request_no_longer_pending_is_not_applied(engine: Engine) -> None:
-    store = OffsetStore(engine, "orders")
-    lease = _take(store, "a", 30)
-    store.persist(lease, 100, 30, {})
-    _request(engine, "orders", 41)
-    request = store.pending_rewind()
-    assert request is not None
-    store.refuse_rewind(request, "the operator gave up")
-
-    assert store.apply_rewind(lease, request, 30) is False
-    row = store.read()
-    assert row is not None and row.watermark == 100
-    assert _audit_status(engine, request.id)[0] == "refused"
+class TestSqliteOffsetStore(OffsetStoreContract):
+    @pytest.fixture()
+    def backend_url(self, tmp_path: Path) -> str:
+        return f"sqlite:///{tmp_path / 'offsets.db'}"

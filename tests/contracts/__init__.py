@@ -1,0 +1,1 @@
+"""Abstract test suites, one per interface; each backend's tests subclass them."""
