@@ -31,7 +31,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from bridge.core.holes import Horizon
-from bridge.schema import domain_events
+from bridge.schema import MSSQL_TICKETS, domain_events
 from bridge.store.failures import store_error
 from bridge.store.reader import SqlReader, VisibleRows
 from bridge.store.rows import ROW_COLUMNS, OutboxRow
@@ -40,20 +40,27 @@ from bridge.store.rows import ROW_COLUMNS, OutboxRow
 LOW: Final = select(cast(literal_column("MIN_ACTIVE_ROWVERSION()"), BigInteger).label("low"))
 HIGH: Final = select((cast(literal_column("@@DBTS"), BigInteger) + 1).label("high"))
 
-#: SQL Server's error number when a login may not read the server's transaction views.
+#: What SQL Server says when a login may not read the server's session and transaction views.
 _NO_VIEW_SERVER_STATE: Final = ("VIEW SERVER STATE", "VIEW DATABASE STATE", "(300)", "(297)")
 
+#: The session whose open transaction holds MIN_ACTIVE_ROWVERSION(): its uncommitted ticket carries
+#: that stamp (the insert trigger writes one before drawing seqs). Read uncommitted on purpose, as only
+#: an open transaction's ticket matters; this needs no server-level permission.
+_TICKET_HOLDER = text(
+    f"SELECT TOP 1 session_id FROM {MSSQL_TICKETS} WITH (NOLOCK) "
+    "WHERE stamped = MIN_ACTIVE_ROWVERSION() ORDER BY stamped"
+)
+
+#: What the server knows of a session's transaction (needs VIEW SERVER STATE for other logins' sessions).
 _HOLDER = text(
     """
     SELECT TOP 1 s.session_id, t.transaction_id, t.transaction_begin_time AS started_at,
            s.status AS state, s.program_name AS application_name, s.host_name AS client,
            s.login_name
-    FROM sys.dm_tran_active_transactions AS t
-    JOIN sys.dm_tran_session_transactions AS st ON st.transaction_id = t.transaction_id
-    JOIN sys.dm_exec_sessions AS s ON s.session_id = st.session_id
-    JOIN sys.dm_tran_database_transactions AS dt ON dt.transaction_id = t.transaction_id
-    WHERE st.session_id <> @@SPID AND t.transaction_type = 1
-      AND dt.database_id = DB_ID() AND dt.database_transaction_log_record_count > 0
+    FROM sys.dm_exec_sessions AS s
+    LEFT JOIN sys.dm_tran_session_transactions AS st ON st.session_id = s.session_id
+    LEFT JOIN sys.dm_tran_active_transactions AS t ON t.transaction_id = st.transaction_id
+    WHERE s.session_id = :session_id
     ORDER BY t.transaction_begin_time
     """
 )
@@ -95,20 +102,24 @@ def read_visible(session: MssqlSession, after: int, limit: int) -> VisibleRows:
 
 
 def horizon_holder(conn: Connection) -> dict[str, Any] | None:
-    """The oldest open user transaction that has written in this database, or None."""
+    """The session whose open transaction holds the horizon back, with what the server says of it; None
+    when no outbox writer holds it (another transaction that writes rowversions may, unnamed)."""
     try:
-        row = conn.execute(_HOLDER).mappings().first()
+        session_id = conn.execute(_TICKET_HOLDER).scalar()
+        if session_id is None:
+            return None
+        row = conn.execute(_HOLDER, {"session_id": int(session_id)}).mappings().first()
     except DBAPIError as exc:
         if any(part in str(exc.orig) for part in _NO_VIEW_SERVER_STATE):
-            return {"unknown": "the bridge's login may not read sys.dm_tran_active_transactions: "
-                               "GRANT VIEW SERVER STATE (or VIEW DATABASE STATE) to it to see which "
-                               "transaction holds the horizon back"}
-        raise store_error(exc, "listing open transactions (sys.dm_tran_active_transactions)") from exc
+            return {"pid": session_id,
+                    "unknown": "the bridge's login may not read sys.dm_exec_sessions: GRANT VIEW SERVER STATE "
+                               "(or VIEW DATABASE STATE) to it to see that session's program, host and start"}
+        raise store_error(exc, "naming the transaction that holds MIN_ACTIVE_ROWVERSION()") from exc
     if row is None:
-        return None
+        return {"pid": int(session_id)}
     return {
         "pid": int(row["session_id"]),
-        "xid": str(row["transaction_id"]),
+        "xid": None if row["transaction_id"] is None else str(row["transaction_id"]),
         "started_at": row["started_at"].isoformat() if row["started_at"] else None,
         "state": row["state"],
         "application_name": row["application_name"],

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 from sqlalchemy.dialects import mssql
+from sqlalchemy.exc import DBAPIError
 
+from bridge.errors import TransientStoreError
 from bridge.store import mssql as reader
 from bridge.store.reader import TailReader
 from bridge.store.rows import OutboxRow
@@ -31,6 +33,7 @@ def test_queries_compile_for_sql_server() -> None:
     assert "TOP 500" in rows and "seq > 41" in rows and "ORDER BY domain_events.seq" in rows
     assert "domain_events WITH (READPAST)" in rows
     assert "sys.dm_tran_active_transactions" in str(reader._HOLDER)
+    assert "MIN_ACTIVE_ROWVERSION()" in str(reader._TICKET_HOLDER)
 
 
 class _Server:
@@ -85,3 +88,61 @@ def test_a_rolled_back_seq_settles_once_every_older_writer_has_ended() -> None:
     step = tail.poll(10)
     assert [r.seq for r in step.rows] == [3]
     assert [(h.first, h.last) for h in step.settled] == [(2, 2)]
+
+
+class _HolderServer:
+    """Answers the two statements of `horizon_holder`: the ticket at MIN_ACTIVE_ROWVERSION(), then the DMVs."""
+
+    def __init__(self, session_id: int | None, dmv: Exception | dict[str, Any] | None) -> None:
+        self.session_id = session_id
+        self.dmv = dmv
+
+    def execute(self, statement: Any, params: Any = None) -> Any:
+        sql = str(statement)
+        if reader.MSSQL_TICKETS in sql:
+            assert "MIN_ACTIVE_ROWVERSION()" in sql and "NOLOCK" in sql
+            return _Scalar(self.session_id)
+        assert params == {"session_id": self.session_id}
+        if isinstance(self.dmv, Exception):
+            raise self.dmv
+        return _Scalar(self.dmv)
+
+
+class _Scalar:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def scalar(self) -> Any:
+        return self.value
+
+    def mappings(self) -> _Scalar:
+        return self
+
+    def first(self) -> Any:
+        return self.value
+
+
+def _dbapi_error(message: str, sqlstate: str) -> DBAPIError:
+    return DBAPIError("SELECT", {}, Exception(sqlstate, message))
+
+
+def test_the_horizon_holder_is_the_session_whose_ticket_holds_min_active_rowversion() -> None:
+    started = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+    holder = reader.horizon_holder(_HolderServer(57, {  # type: ignore[arg-type]
+        "session_id": 57, "transaction_id": 9001, "started_at": started, "state": "sleeping",
+        "application_name": "orders-api", "client": "app-3", "login_name": "orders"}))
+    assert holder is not None
+    assert (holder["pid"], holder["xid"], holder["application_name"]) == (57, "9001", "orders-api")
+    assert reader.horizon_holder(_HolderServer(None, None)) is None  # type: ignore[arg-type]
+
+
+def test_without_view_server_state_the_holder_is_named_by_session_and_the_grant_is_said() -> None:
+    denied = _dbapi_error("[42000] VIEW SERVER STATE permission was denied on object 'server' (300)", "42000")
+    holder = reader.horizon_holder(_HolderServer(57, denied))  # type: ignore[arg-type]
+    assert holder is not None and holder["pid"] == 57
+    assert "GRANT VIEW SERVER STATE" in holder["unknown"]
+
+
+def test_an_outage_while_naming_the_holder_is_a_transient_store_error() -> None:
+    with pytest.raises(TransientStoreError, match="MIN_ACTIVE_ROWVERSION"):
+        reader.horizon_holder(_HolderServer(57, _dbapi_error("Communication link failure", "08S01")))  # type: ignore[arg-type]
