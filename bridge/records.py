@@ -65,6 +65,8 @@ def build_record(
 
     `route` maps an aggregate type to its topic and raises ValueError for a name Kafka would refuse.
     """
+    if row.unreadable is not None:
+        raise PoisonEventError(row.seq, f"the row cannot be read as stored: {row.unreadable}")
     if not row.aggregate_id:
         raise PoisonEventError(row.seq, "aggregate_id is empty, so the record would have no key")
     try:
