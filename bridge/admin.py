@@ -18,13 +18,13 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from sqlalchemy import and_, delete, func, insert, select, update
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from bridge.config import BridgeConfig
 from bridge.config import parse_duration as config_duration
 from bridge.errors import OutboxError
-from bridge.offsets import OffsetStore
-from bridge.schema import bridge_replay_audit, domain_events
+from bridge.offsets import OffsetStore, deletable_up_to, hold_offsets
+from bridge.schema import bridge_offsets, bridge_replay_audit, domain_events
 from bridge.store.engine import make_engine
 from bridge.store.rows import ROW_COLUMNS, OutboxRow
 
@@ -109,21 +109,27 @@ def _lease_active(offsets: Any) -> bool:
 
 
 def _audit(engine: Engine, config: BridgeConfig, request: ReplayRequest, status: str, upper: int | None) -> int:
+    with engine.begin() as conn:
+        return _audit_in(conn, config, request, status, upper)
+
+
+def _audit_in(conn: Connection, config: BridgeConfig, request: ReplayRequest, status: str,
+              upper: int | None) -> int:
+    """Insert the audit row in `conn`'s transaction; return its id."""
     filters = {k: v for k, v in {"aggregate_type": request.aggregate_type, "event_type": request.event_type,
                                  "topic": request.topic}.items() if v}
     now = datetime.now(UTC)
-    with engine.begin() as conn:
-        result = conn.execute(
-            insert(bridge_replay_audit).values(
-                bridge_name=config.bridge_name, mode=request.mode, from_seq=request.from_seq, to_seq=upper,
-                filters_json=json.dumps(filters) if filters else None, requested_by=requester(),
-                reason=request.reason, requested_at=now, status=status,
-                applied_at=now if status in ("applied", "done") else None,
-            )
+    result = conn.execute(
+        insert(bridge_replay_audit).values(
+            bridge_name=config.bridge_name, mode=request.mode, from_seq=request.from_seq, to_seq=upper,
+            filters_json=json.dumps(filters) if filters else None, requested_by=requester(),
+            reason=request.reason, requested_at=now, status=status,
+            applied_at=now if status in ("applied", "done") else None,
         )
-        key = result.inserted_primary_key
-        assert key is not None
-        return int(key[0])
+    )
+    key = result.inserted_primary_key
+    assert key is not None
+    return int(key[0])
 
 
 def rewind(config: BridgeConfig, request: ReplayRequest, wait_s: float = 60.0) -> dict[str, Any]:
@@ -131,8 +137,9 @@ def rewind(config: BridgeConfig, request: ReplayRequest, wait_s: float = 60.0) -
     plan = plan_replay(config, request)
     engine = make_engine(config.db_url.get_secret_value())
     try:
+        # Pending from here on, so cleanup keeps every row from from_seq up until the rewind is done.
+        audit_id = _request_rewind(engine, config, request)
         if plan["active_instance"]:
-            audit_id = _audit(engine, config, request, "pending", None)
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline:
                 with engine.connect() as conn:
@@ -150,10 +157,32 @@ def rewind(config: BridgeConfig, request: ReplayRequest, wait_s: float = 60.0) -
                 "nothing changed. Check that it is healthy (outbox-bridge status) and retry, or stop it first"
             )
         OffsetStore(engine, config.bridge_name).set_watermark(request.from_seq - 1)
-        audit_id = _audit(engine, config, request, "applied", None)
+        with engine.begin() as conn:
+            conn.execute(update(bridge_replay_audit).where(bridge_replay_audit.c.id == audit_id,
+                                                           bridge_replay_audit.c.status == "pending")
+                         .values(status="applied", applied_at=datetime.now(UTC)))
         return plan | {"audit_id": audit_id, "applied_by": "outbox-bridge replay (bridge stopped)"}
     finally:
         engine.dispose()
+
+
+def _request_rewind(engine: Engine, config: BridgeConfig, request: ReplayRequest) -> int:
+    """Record a pending rewind, after checking again, holding the offsets row against a cleanup batch,
+    that every row it re-publishes is still there; refuse (nothing recorded) if cleanup got there first."""
+    with engine.begin() as conn:
+        hold_offsets(conn, config.bridge_name)
+        watermark = conn.execute(select(bridge_offsets.c.watermark)
+                                 .where(bridge_offsets.c.bridge_name == config.bridge_name)).scalar()
+        lowest = conn.execute(select(func.min(domain_events.c.seq))).scalar()
+        # With the outbox empty, everything up to the watermark was deleted.
+        oldest_kept = int(lowest) if lowest is not None else int(watermark or 0) + 1
+        if request.from_seq < oldest_kept:
+            raise RefusedError(
+                f"--from-seq {request.from_seq} is below the oldest event still in the outbox (seq {oldest_kept}); "
+                f"cleanup deleted the rows before it (possibly just now), so the rewind would replay less than "
+                f"asked. Nothing changed: start at --from-seq {oldest_kept} or later"
+            )
+        return _audit_in(conn, config, request, "pending", None)
 
 
 def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: bool = True) -> dict[str, Any]:
@@ -223,17 +252,20 @@ def parse_duration(text: str) -> timedelta:
 
 def cleanup(config: BridgeConfig, older_than: timedelta, dry_run: bool, batch_size: int = 1000,
             show_progress: bool = True) -> dict[str, Any]:
-    """Delete published rows (seq <= watermark) older than `older_than`, in small batches."""
+    """Delete published rows (seq <= watermark) older than `older_than`, in small batches, keeping every
+    row a pending rewind will re-publish (seq >= its from_seq)."""
     engine = make_engine(config.db_url.get_secret_value())
     cutoff = datetime.now(UTC) - older_than
+    name = config.bridge_name
     try:
-        offsets = OffsetStore(engine, config.bridge_name).read()
+        offsets = OffsetStore(engine, name).read()
         watermark = offsets.watermark if offsets else 0
-        where = and_(domain_events.c.seq <= watermark, domain_events.c.occurred_at < cutoff)
         with engine.connect() as conn:
+            planned, rewind_from = deletable_up_to(conn, name)
+            where = and_(domain_events.c.seq <= planned, domain_events.c.occurred_at < cutoff)
             total = int(conn.execute(select(func.count()).where(where)).scalar() or 0)
-        result = {"bridge_name": config.bridge_name, "watermark": watermark, "cutoff": cutoff.isoformat(),
-                  "rows": total, "dry_run": dry_run, "deleted": 0}
+        result = {"bridge_name": name, "watermark": watermark, "cutoff": cutoff.isoformat(),
+                  "kept_for_rewind_from": rewind_from, "rows": total, "dry_run": dry_run, "deleted": 0}
         if dry_run or total == 0:
             return result
         deleted = 0
@@ -241,9 +273,11 @@ def cleanup(config: BridgeConfig, older_than: timedelta, dry_run: bool, batch_si
             task = progress.add_task("deleting", total=total)
             while True:
                 with engine.begin() as conn:
-                    # Re-read the watermark each batch: a replay may have lowered it meanwhile.
-                    current = OffsetStore(engine, config.bridge_name).read()
-                    limit = min(watermark, current.watermark if current else 0)
+                    # Decide and delete under the offsets row, batch by batch: a rewind requested or applied
+                    # meanwhile lowers the limit here, and one requested during this batch waits for it and
+                    # then sees what it deleted (_request_rewind).
+                    hold_offsets(conn, name)
+                    limit = min(planned, deletable_up_to(conn, name)[0])
                     seqs = [r[0] for r in conn.execute(
                         select(domain_events.c.seq).where(domain_events.c.seq <= limit,
                                                           domain_events.c.occurred_at < cutoff)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, insert, select, text, update
+from sqlalchemy import case, func, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
@@ -212,6 +212,8 @@ class OffsetStore:
         audit = bridge_replay_audit
         try:
             with self._engine.begin() as conn:
+                # The offsets row first, as cleanup and a rewind request take it: one lock order, no deadlock.
+                hold_offsets(conn, self._name)
                 now = _now(conn)
                 marked = conn.execute(
                     update(audit).where(audit.c.id == request.id, audit.c.status == "pending")
@@ -275,3 +277,39 @@ class OffsetStore:
         if result.rowcount != 1:
             raise FencedError(f"bridge {self._name!r}: epoch moved while setting the watermark; retry")
         return epoch + 1
+
+
+# ------------------------------------------------------------------------ cleanup against rewinds
+
+
+def hold_offsets(conn: Connection, bridge_name: str) -> None:
+    """Take the bridge's offsets row for the rest of `conn`'s transaction.
+
+    Cleanup and a rewind request each decide from what they read (the watermark and pending rewinds;
+    the oldest row left) and then write: both hold this row while they do, so one always sees what the
+    other committed. A no-op UPDATE rather than SELECT ... FOR UPDATE because it locks on every
+    dialect: a row lock on PostgreSQL and SQL Server, the database's write lock on SQLite (where a
+    plain SELECT would not even begin the transaction).
+    """
+    conn.execute(
+        update(bridge_offsets)
+        .where(bridge_offsets.c.bridge_name == bridge_name)
+        .values(watermark=bridge_offsets.c.watermark)
+    )
+
+
+def deletable_up_to(conn: Connection, bridge_name: str) -> tuple[int, int | None]:
+    """The highest seq cleanup may delete (published, and below every pending rewind), and the lowest
+    pending rewind's from_seq (None when none is pending). Read under `hold_offsets` to act on it."""
+    audit = bridge_replay_audit
+    watermark = conn.execute(
+        select(bridge_offsets.c.watermark).where(bridge_offsets.c.bridge_name == bridge_name)
+    ).scalar()
+    rewind_from = conn.execute(
+        select(func.min(audit.c.from_seq))
+        .where(audit.c.bridge_name == bridge_name, audit.c.mode == "rewind", audit.c.status == "pending")
+    ).scalar()
+    limit = int(watermark or 0)
+    if rewind_from is not None:
+        limit = min(limit, int(rewind_from) - 1)
+    return limit, None if rewind_from is None else int(rewind_from)

@@ -7,8 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
-import orjson
-
+from bridge.core.json_text import NotJsonError, parse_json
 from bridge.errors import PoisonEventError
 from bridge.store.rows import OutboxRow
 
@@ -66,6 +65,8 @@ def build_record(
 
     `route` maps an aggregate type to its topic and raises ValueError for a name Kafka would refuse.
     """
+    if row.unreadable is not None:
+        raise PoisonEventError(row.seq, f"the row cannot be read as stored: {row.unreadable}")
     if not row.aggregate_id:
         raise PoisonEventError(row.seq, "aggregate_id is empty, so the record would have no key")
     try:
@@ -73,8 +74,8 @@ def build_record(
     except ValueError as exc:
         raise PoisonEventError(row.seq, f"unroutable: {exc}") from exc
     try:
-        orjson.loads(row.payload)  # the same verdict as json.loads on valid JSON, several times faster
-    except orjson.JSONDecodeError as exc:
+        parse_json(row.payload)  # the writer's verdict too, so a row it accepted is never poison
+    except NotJsonError as exc:
         raise PoisonEventError(row.seq, f"payload is not valid JSON ({exc})") from exc
     headers: list[tuple[str, bytes]] = [
         ("event_id", row.event_id.encode()),
@@ -97,8 +98,8 @@ def build_record(
 
 def _row_headers(row: OutboxRow) -> list[tuple[str, bytes]]:
     try:
-        parsed = json.loads(row.headers or "")
-    except ValueError as exc:
+        parsed = parse_json(row.headers or "")
+    except NotJsonError as exc:
         raise PoisonEventError(row.seq, f"headers column is not valid JSON ({exc})") from exc
     if not isinstance(parsed, dict):
         raise PoisonEventError(row.seq, "headers column must be a JSON object of string values")

@@ -4,6 +4,7 @@
   it must wait for (`HoleRule`, `Horizon`, `SeqRange`).
 - `watermark`: the ack tracker (`AckTracker`), the one cursor: every seq is either tracked as sent
   or settled as a hole the reader reported, and the low watermark is what is safe to persist.
+- `json_text`: the one verdict on JSON text (`parse_json`), shared by the writer and the bridge.
 """
 
 from bridge.core.holes import Advance, HoleRule, Horizon, SeqRange

@@ -10,12 +10,29 @@ from bridge.errors import StoreError, TransientStoreError
 
 # SQLSTATE codes (PostgreSQL, and ODBC for SQL Server) that mean "try again": the connection broke,
 # the server is starting or stopping, or the transaction lost a serialization or deadlock race.
+# A lock timeout (55P03, SQL Server error 1222) is here too: the lock belongs to another transaction
+# (DDL, VACUUM FULL, a LOCK TABLE, a writer still holding its row), which ends, and then the very same
+# statement goes through; nothing in the statement itself makes it wait again.
 _TRANSIENT_SQLSTATES: Final = frozenset(
-    {"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300", "08S01", "HYT00", "HYT01"}
+    {"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03", "53300", "08S01", "HYT00", "HYT01"}
 )
 _TRANSIENT_SQLSTATE_CLASSES: Final = ("08",)
 # Message fragments for drivers that give no SQLSTATE (sqlite3) or bury it (pyodbc's "(1205)").
 _TRANSIENT_MESSAGES: Final = ("database is locked", "database is busy", "deadlock victim", "(1205)")
+#: SQL Server's "Lock request time out period exceeded" comes with the catch-all SQLSTATE HY000.
+_LOCK_TIMEOUT_MESSAGES: Final = ("(1222)", "lock request time out period exceeded")
+# A statement timeout is not transient, unlike a lock timeout: the statement ran out of time doing its
+# own work (the read of a whole batch, a slow plan), and run again it runs out again, so retrying only
+# hides a bridge that never moves. PostgreSQL reports it as 57014 "canceling statement due to statement
+# timeout", SQL Server's ODBC driver as HYT00 "Query timeout expired" (HYT00 is also its login timeout,
+# which is transient: the server did not answer). 57014 is also a cancel someone asked for
+# (pg_cancel_backend, "due to user request"): a one-off, retried.
+_STATEMENT_TIMEOUTS: Final = (("57014", "statement timeout"), ("HYT00", "query timeout"))
+_STATEMENT_TIMEOUT_FIX: Final = (
+    "A statement that ran out of time runs out again, so the bridge does not retry it: raise the timeout "
+    "for the bridge's database login (PostgreSQL: ALTER ROLE <role> SET statement_timeout = '60s'; SQL "
+    "Server: the driver's query timeout), or read smaller batches (BRIDGE_READ_BATCH_SIZE), then restart"
+)
 
 
 def sqlstate(exc: DBAPIError) -> str | None:
@@ -35,11 +52,22 @@ def is_transient(exc: DBAPIError) -> bool:
     """True when retrying the same work on a new transaction may succeed."""
     if exc.connection_invalidated:
         return True
+    if is_statement_timeout(exc):
+        return False
     code = sqlstate(exc)
+    message = str(exc.orig).lower()
+    if any(part in message for part in _LOCK_TIMEOUT_MESSAGES):
+        return True
     if code is not None:
         return code in _TRANSIENT_SQLSTATES or code.startswith(_TRANSIENT_SQLSTATE_CLASSES)
-    message = str(exc.orig).lower()
     return isinstance(exc, OperationalError) or any(part in message for part in _TRANSIENT_MESSAGES)
+
+
+def is_statement_timeout(exc: DBAPIError) -> bool:
+    """True when the server or driver cancelled the statement for running past its time limit."""
+    code = sqlstate(exc)
+    message = str(exc.orig).lower()
+    return any(code == timeout_code and words in message for timeout_code, words in _STATEMENT_TIMEOUTS)
 
 
 def store_error(exc: DBAPIError, doing: str) -> StoreError:
@@ -50,4 +78,6 @@ def store_error(exc: DBAPIError, doing: str) -> StoreError:
             f"{doing} failed: {reason}. The database is unreachable, restarting or busy; retry, and check "
             "the server and the network if it persists"
         )
+    if is_statement_timeout(exc):
+        return StoreError(f"{doing} failed: {reason}. {_STATEMENT_TIMEOUT_FIX}")
     return StoreError(f"{doing} failed: {reason}")

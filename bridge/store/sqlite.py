@@ -50,3 +50,8 @@ class SqliteReader(SqlReader[SqliteSession]):
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine, partial(_session, engine), read_visible)
+
+    def oldest_after(self, seq: int) -> OutboxRow | None:
+        # The same conversion as the tail read: a row it cannot convert must not fail the status.
+        rows = self._run("reading the oldest unpublished event", lambda c: select_after_sqlite(c, seq, 1))
+        return rows[0] if rows else None

@@ -36,6 +36,14 @@ def wrap(kind: type[DBAPIError], orig: BaseException, invalidated: bool = False)
         (wrap(IntegrityError, PsycopgLike("duplicate key value violates unique constraint", "23505")), False),
         (wrap(ProgrammingError, PsycopgLike('relation "domain_events" does not exist', "42P01")), False),
         (wrap(OperationalError, PsycopgLike("canceling statement due to statement timeout", "57014")), False),
+        (wrap(OperationalError, PsycopgLike("canceling statement due to user request", "57014")), True),
+        (wrap(OperationalError, PsycopgLike("canceling statement due to lock timeout", "55P03")), True),
+        (wrap(DBAPIError, Exception("HYT00", "[HYT00] [Microsoft][ODBC Driver 18 for SQL Server]Query timeout "
+                                              "expired (0) (SQLExecDirectW)")), False),
+        (wrap(DBAPIError, Exception("HYT00", "[HYT00] [Microsoft][ODBC Driver 18 for SQL Server]Login timeout "
+                                              "expired (0) (SQLDriverConnect)")), True),
+        (wrap(DBAPIError, Exception("HY000", "[HY000] [Microsoft][ODBC Driver 18 for SQL Server][SQL Server]Lock "
+                                              "request time out period exceeded. (1222) (SQLExecDirectW)")), True),
     ],
 )
 def test_is_transient_retries_only_what_a_new_attempt_can_fix(error: DBAPIError, transient: bool) -> None:
@@ -59,3 +67,18 @@ def test_the_message_keeps_the_first_line_of_the_driver_error() -> None:
     assert (
         str(store_error(error, "appending 1 event(s)")) == "appending 1 event(s) failed: violates not-null constraint"
     )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        wrap(OperationalError, PsycopgLike("canceling statement due to statement timeout", "57014")),
+        wrap(DBAPIError, Exception("HYT00", "[HYT00] [Microsoft][ODBC Driver 18 for SQL Server]Query timeout expired")),
+    ],
+)
+def test_a_statement_timeout_stops_with_the_setting_to_change_because_a_retry_times_out_again(
+    error: DBAPIError,
+) -> None:
+    translated = store_error(error, "reading domain_events after seq 7")
+    assert not isinstance(translated, TransientStoreError)
+    assert "statement_timeout" in str(translated) and "BRIDGE_READ_BATCH_SIZE" in str(translated)
