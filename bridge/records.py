@@ -108,3 +108,26 @@ def _row_headers(row: OutboxRow) -> list[tuple[str, bytes]]:
         text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
         out.append((str(key), text.encode()))
     return out
+
+
+def dead_letter_record(row: OutboxRow, reason: str, topic: str, bridge_name: str, max_bytes: int) -> KafkaRecord:
+    """The record that carries a poison row to the dead-letter topic: the row's key and payload (cut to
+    fit, and said so, when even that topic's limit is exceeded) with `dlq_reason` and `dlq_bridge`."""
+    headers = [
+        ("event_id", row.event_id.encode()),
+        ("event_type", row.event_type.encode()),
+        ("aggregate_type", row.aggregate_type.encode()),
+        ("seq", str(row.seq).encode()),
+        ("occurred_at", row.occurred_at.isoformat().encode()),
+        ("dlq_reason", reason.encode()[:4096]),
+        ("dlq_bridge", bridge_name.encode()),
+    ]
+    key = (row.aggregate_id or f"seq-{row.seq}").encode()[:1024]
+    value = row.payload.encode()
+    record = KafkaRecord.of(row.seq, topic, key, value, headers)
+    if record.size > max_bytes:
+        # Too large even for the dead-letter topic: keep what fits, and say so.
+        headers.append(("dlq_payload_truncated_from", str(len(value)).encode()))
+        value = value[: max(0, max_bytes - (record.size - len(value)) - 64)]
+        record = KafkaRecord.of(row.seq, topic, key, value, headers)
+    return record

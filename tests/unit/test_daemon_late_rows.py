@@ -48,7 +48,7 @@ def test_a_row_inserted_into_a_settled_hole_is_counted_and_published_by_a_rewind
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()
     try:
-        _wait(lambda: daemon._tracker is not None and daemon._tracker.watermark == 10, "the first pass")
+        _wait(lambda: daemon.tracker is not None and daemon.tracker.watermark == 10, "the first pass")
         assert [r.seq for r in delivered] == [1, 2, 3, 4, 6, 7, 8, 9, 10]
         assert daemon.holes_settled == 1
         with engine.begin() as conn:
@@ -56,7 +56,7 @@ def test_a_row_inserted_into_a_settled_hole_is_counted_and_published_by_a_rewind
         _wait(lambda: 5 in [r.seq for r in delivered], "the late row to be published")
         _wait(lambda: [r.seq for r in delivered][-6:] == [5, 6, 7, 8, 9, 10], "everything after it again")
         assert daemon.metrics.late_events._value.get() == 1
-        _wait(lambda: daemon._tracker is not None and daemon._tracker.watermark == 10, "the watermark")
+        _wait(lambda: daemon.tracker is not None and daemon.tracker.watermark == 10, "the watermark")
     finally:
         daemon.stop()
         thread.join(10)

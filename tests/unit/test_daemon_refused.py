@@ -17,12 +17,12 @@ from sqlalchemy import create_engine, text
 
 from bridge.config import BridgeConfig, load_config
 from bridge.daemon import EXIT_OK, EXIT_POISON, BridgeDaemon
+from bridge.kafka.testing import AcceptingTopicGuard
 from bridge.migrate import upgrade
 from bridge.offsets import OffsetStore
 from bridge.publisher import DeliveryFailure
 from bridge.records import KafkaRecord
 from bridge.store.engine import make_engine
-from bridge.topics import TopicReport
 
 REFUSED_SEQ = 7
 EVENTS = 12
@@ -65,11 +65,6 @@ class BatchRefusingPublisher:
         self._batch.clear()
 
 
-class AcceptingGuard:
-    def ensure(self, topic: str, allow_create: bool) -> TopicReport:
-        return TopicReport(topic, exists=True, max_message_bytes=1_048_588)
-
-
 def _config(url: str, policy: str) -> BridgeConfig:
     return load_config(flags={"db_url": url, "bridge_name": "unit", "topic_template": "u.{aggregate_type}",
                               "allow_single_broker": True, "replication_factor": 1, "metrics_port": 0,
@@ -90,7 +85,7 @@ def _run(tmp_path: Path, policy: str) -> tuple[BridgeDaemon, list[list[KafkaReco
     daemon = BridgeDaemon(
         config,
         publisher_factory=new_publisher,
-        topic_guard=AcceptingGuard(),  # type: ignore[arg-type]
+        topic_guard=AcceptingTopicGuard(),
         instance_id="unit",
     )
     result: list[int] = []
@@ -98,7 +93,7 @@ def _run(tmp_path: Path, policy: str) -> tuple[BridgeDaemon, list[list[KafkaReco
     thread.start()
     deadline = time.monotonic() + 20
     while thread.is_alive() and time.monotonic() < deadline:
-        tracker = daemon._tracker
+        tracker = daemon.tracker
         if policy == "dead-letter" and tracker is not None and tracker.watermark == EVENTS:
             daemon.stop()
         time.sleep(0.02)

@@ -10,56 +10,20 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
 from sqlalchemy import create_engine, insert, select, text
 
 from bridge.config import load_config
 from bridge.daemon import BridgeDaemon
+from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.migrate import upgrade
 from bridge.offsets import OffsetStore
 from bridge.records import KafkaRecord
 from bridge.schema import bridge_replay_audit
 from bridge.store.engine import make_engine
-from bridge.topics import TopicReport
 
 EVENTS = 20
-
-
-class AckingPublisher:
-    """Acknowledges everything sent on the next poll."""
-
-    def __init__(self, sent: list[KafkaRecord], on_delivery: Callable[[int, int, KafkaError | None], None]) -> None:
-        self.failure: Any = None
-        self._sent = sent
-        self._on_delivery = on_delivery
-        self._queued: list[tuple[int, int]] = []
-
-    def send(self, record: KafkaRecord, generation: int) -> None:
-        self._sent.append(record)
-        self._queued.append((record.seq, generation))
-
-    def poll(self, timeout: float) -> int:
-        queued, self._queued = self._queued, []
-        if not queued:
-            time.sleep(min(timeout, 0.01))
-        for seq, generation in queued:
-            self._on_delivery(seq, generation, None)
-        return len(queued)
-
-    def flush(self, timeout: float) -> int:
-        self.poll(0)
-        return 0
-
-    def close(self) -> None:
-        self._queued.clear()
-
-
-class AcceptingGuard:
-    def ensure(self, topic: str, allow_create: bool) -> TopicReport:
-        return TopicReport(topic, exists=True, max_message_bytes=1_048_588)
 
 
 @pytest.fixture()
@@ -74,8 +38,8 @@ def running(tmp_path: Path) -> Iterator[tuple[str, BridgeDaemon, list[KafkaRecor
     config = load_config(flags={"db_url": url, "bridge_name": "unit", "allow_single_broker": True,
                                 "replication_factor": 1, "metrics_port": 0, "persist_interval_s": 0.05}, env={})
     sent: list[KafkaRecord] = []
-    daemon = BridgeDaemon(config, publisher_factory=lambda _s, cb: AckingPublisher(sent, cb),
-                          topic_guard=AcceptingGuard(), instance_id="unit")  # type: ignore[arg-type]
+    daemon = BridgeDaemon(config, publisher_factory=publisher_factory(sent),
+                          topic_guard=AcceptingTopicGuard(), instance_id="unit")
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()
     _wait(lambda: _watermark(url) == EVENTS, "the first pass")

@@ -14,9 +14,10 @@ from sqlalchemy import create_engine, text
 
 from bridge.config import load_config
 from bridge.daemon import EXIT_POISON, BridgeDaemon
+from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.migrate import upgrade
 from bridge.records import KafkaRecord
-from tests.unit.test_daemon_rewind import AcceptingGuard, AckingPublisher, _wait, _watermark
+from tests.unit.test_daemon_rewind import _wait, _watermark
 
 pytestmark = pytest.mark.unit
 
@@ -65,8 +66,8 @@ def _daemon(url: str, policy: str, sent: list[KafkaRecord]) -> BridgeDaemon:
     config = load_config(flags={"db_url": url, "bridge_name": "unit", "allow_single_broker": True,
                                 "replication_factor": 1, "metrics_port": 0, "persist_interval_s": 0.05,
                                 "poison_policy": policy}, env={})
-    return BridgeDaemon(config, publisher_factory=lambda _s, cb: AckingPublisher(sent, cb),
-                        topic_guard=AcceptingGuard(), instance_id="unit")  # type: ignore[arg-type]
+    return BridgeDaemon(config, publisher_factory=publisher_factory(sent),
+                        topic_guard=AcceptingTopicGuard(), instance_id="unit")
 
 
 @pytest.mark.parametrize(("insert_bad", "reason"), UNREADABLE.values(), ids=UNREADABLE.keys())

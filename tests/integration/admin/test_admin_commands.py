@@ -28,7 +28,7 @@ def _published(url: str, kafka_bootstrap: str, count: int):
     insert_events(url, count)
     config = bridge_config(url, kafka_bootstrap)
     bridge = start_bridge(config)
-    wait_until(lambda: bridge.daemon._tracker is not None and bridge.daemon._tracker.watermark == count, 60,
+    wait_until(lambda: bridge.daemon.tracker is not None and bridge.daemon.tracker.watermark == count, 60,
                f"{count} events published")
     assert bridge.stop() == 0
     return config
@@ -77,7 +77,7 @@ def test_rewind_while_stopped_republishes_from_n_only(capsys, sqlite_url, kafka_
     assert json.loads(out)["watermark"] == 40
 
     bridge = start_bridge(config)
-    wait_until(lambda: bridge.daemon._tracker is not None and bridge.daemon._tracker.watermark == 60, 60,
+    wait_until(lambda: bridge.daemon.tracker is not None and bridge.daemon.tracker.watermark == 60, 60,
                "the rewound events")
     assert bridge.stop() == 0
     seqs = [int(dict(m.headers())["seq"]) for m in read_topic(kafka_bootstrap, config.topic_for("order"))]
@@ -139,7 +139,7 @@ def test_cleanup_never_deletes_above_the_watermark_and_the_daemon_keeps_running(
         engine.dispose()
         assert lowest is None or lowest > result["watermark"] - 0, "nothing above the watermark was deleted"
         head = head_seq(postgres_url)
-        wait_until(lambda: bridge.daemon._tracker.watermark >= head, 60, "the bridge to publish every new event")
+        wait_until(lambda: bridge.daemon.tracker.watermark >= head, 60, "the bridge to publish every new event")
     finally:
         assert bridge.stop() == 0
     seqs = {int(dict(m.headers())["seq"]) for m in read_topic(kafka_bootstrap, config.topic_for("order"))}
@@ -185,7 +185,7 @@ def test_status_names_the_transaction_holding_the_horizon(capsys, postgres_url, 
         assert status["horizon_holder"]["waiting_on_seq"] == 11
         assert status["watermark"] == 10, "nothing after the open transaction's seq is published"
         tx.commit()
-        wait_until(lambda: bridge.daemon._tracker.watermark == 16, 30, "publishing to resume")
+        wait_until(lambda: bridge.daemon.tracker.watermark == 16, 30, "publishing to resume")
     finally:
         held.close()
         engine.dispose()
@@ -228,7 +228,7 @@ def test_retention_setting_deletes_published_rows_while_the_daemon_publishes(pos
         stop_writing.set()
         thread.join()
         head = head_seq(postgres_url)
-        wait_until(lambda: bridge.daemon._tracker.watermark >= head, 60, "the bridge to publish every event")
+        wait_until(lambda: bridge.daemon.tracker.watermark >= head, 60, "the bridge to publish every event")
         deleted = bridge.daemon.metrics.retention_deleted._value.get()
     finally:
         stop_writing.set()

@@ -150,7 +150,7 @@ def test_adversarial_commit_orders_publish_every_committed_event_in_seq_order(po
     ledger.committed.add(event_id)
     engine.dispose()
 
-    wait_until(lambda: bridge.daemon._tracker is not None and bridge.daemon._tracker.watermark == last_seq, 30,
+    wait_until(lambda: bridge.daemon.tracker is not None and bridge.daemon.tracker.watermark == last_seq, 30,
                f"the watermark to reach the last seq {last_seq}")
     caught_up = time.monotonic() - started
     daemon = bridge.daemon

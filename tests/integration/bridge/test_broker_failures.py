@@ -84,7 +84,7 @@ def test_one_broker_down_loses_nothing_two_down_stall_without_moving_the_waterma
         while time.monotonic() < deadline:
             observed.add(persisted_watermark(url, config.bridge_name))
             time.sleep(0.2)
-        tracker = bridge.daemon._tracker
+        tracker = bridge.daemon.tracker
         assert tracker is not None
         print(f"two brokers down for 20s: persisted watermark(s) {sorted(observed)}, "
               f"in memory {tracker.watermark}, unacked {tracker.unacked_count}")

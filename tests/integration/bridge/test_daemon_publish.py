@@ -29,17 +29,17 @@ def test_publishes_every_row_with_the_record_format_and_restarts_without_duplica
     insert_events(url, 500)
     config = bridge_config(url, kafka_bootstrap)
     bridge = start_bridge(config)
-    wait_until(lambda: bridge.daemon._tracker is not None and bridge.daemon._tracker.watermark == 500, 60,
+    wait_until(lambda: bridge.daemon.tracker is not None and bridge.daemon.tracker.watermark == 500, 60,
                "the first 500 events")
     insert_events(url, 250, start=500)
-    wait_until(lambda: bridge.daemon._tracker.watermark == 750, 60, "750 events")
+    wait_until(lambda: bridge.daemon.tracker.watermark == 750, 60, "750 events")
     assert bridge.stop() == 0
     assert _watermark(config) == 750 == head_seq(url)
 
     # A restart after a graceful stop resumes at watermark + 1: nothing is sent twice.
     insert_events(url, 10, start=750)
     bridge = start_bridge(config)
-    wait_until(lambda: bridge.daemon._tracker is not None and bridge.daemon._tracker.watermark == 760, 60,
+    wait_until(lambda: bridge.daemon.tracker is not None and bridge.daemon.tracker.watermark == 760, 60,
                "760 events")
     assert bridge.stop() == 0
 

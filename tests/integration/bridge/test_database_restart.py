@@ -62,7 +62,7 @@ def test_postgresql_restart_mid_run_loses_nothing_and_the_bridge_keeps_going(
         writer.start()
         try:
             time.sleep(2)
-            before = bridge.daemon._tracker.watermark if bridge.daemon._tracker else 0
+            before = bridge.daemon.tracker.watermark if bridge.daemon.tracker else 0
             started = time.monotonic()
             subprocess.run([sys.executable, str(LOCALSTACK), "pg-restart"], cwd=ROOT, check=True,
                            capture_output=True, timeout=120)
@@ -73,7 +73,7 @@ def test_postgresql_restart_mid_run_loses_nothing_and_the_bridge_keeps_going(
             stop.set()
             writer.join(30)
         target = head_seq(url)
-        wait_until(lambda: bridge.daemon._tracker is not None and bridge.daemon._tracker.watermark == target, 60,
+        wait_until(lambda: bridge.daemon.tracker is not None and bridge.daemon.tracker.watermark == target, 60,
                    f"the bridge to publish through seq {target} after the restart")
         daemon = bridge.daemon
         database_errors = daemon.metrics.publish_errors.labels(kind="database")._value.get()

@@ -51,7 +51,7 @@ def test_each_key_lands_on_the_java_default_partition(partitions, sqlite_url, ka
     engine.dispose()
     bridge = start_bridge(config)
     try:
-        wait_until(lambda: bridge.daemon._tracker is not None and bridge.daemon._tracker.watermark == 2 * len(keys),
+        wait_until(lambda: bridge.daemon.tracker is not None and bridge.daemon.tracker.watermark == 2 * len(keys),
                    60, "every event")
     finally:
         assert bridge.stop() == 0

@@ -45,7 +45,7 @@ def test_no_committed_event_is_settled_as_a_hole_under_concurrent_multi_row_writ
         for thread in threads:
             thread.join()
         head = head_seq(postgres_url)
-        wait_until(lambda: bridge.daemon._tracker.watermark >= head, 120, "the bridge to publish everything")
+        wait_until(lambda: bridge.daemon.tracker.watermark >= head, 120, "the bridge to publish everything")
         assert bridge.daemon.holes_settled == 0, "no transaction rolled back, so there is no hole"
     finally:
         assert bridge.stop() == 0

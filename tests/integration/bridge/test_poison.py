@@ -104,10 +104,10 @@ def test_dead_letter_routes_each_kind_with_the_error_in_headers_and_goes_on(
     _insert(postgres_url, rows)
     bridge = start_bridge(config)
     try:
-        wait_until(lambda: bridge.daemon._tracker is not None and bridge.daemon._tracker.watermark == len(rows), 60,
+        wait_until(lambda: bridge.daemon.tracker is not None and bridge.daemon.tracker.watermark == len(rows), 60,
                    "the bridge to get past every poison event")
         _insert(postgres_url, _good(5))  # and it goes on
-        wait_until(lambda: bridge.daemon._tracker.watermark == len(rows) + 5, 30, "events after the poison ones")
+        wait_until(lambda: bridge.daemon.tracker.watermark == len(rows) + 5, 30, "events after the poison ones")
     finally:
         assert bridge.stop() == 0
 
@@ -142,7 +142,7 @@ def test_a_record_the_broker_refuses_after_the_topic_check_halts_instead_of_retr
     _insert(sqlite_url, _good(5))
     bridge = start_bridge(config)
     try:
-        wait_until(lambda: bridge.daemon._tracker is not None and bridge.daemon._tracker.watermark == 5, 60,
+        wait_until(lambda: bridge.daemon.tracker is not None and bridge.daemon.tracker.watermark == 5, 60,
                    "the first events (the topic is checked with its default limit)")
         admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
         lowered = ConfigResource("topic", topic, incremental_configs=[

@@ -50,7 +50,7 @@ def test_prometheus_scrapes_the_bridge(tmp_path: Path, sqlite_url, kafka_bootstr
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        wait_until(lambda: bridge.daemon._tracker is not None and bridge.daemon._tracker.watermark == 25, 60,
+        wait_until(lambda: bridge.daemon.tracker is not None and bridge.daemon.tracker.watermark == 25, 60,
                    "the bridge to publish 25 events")
 
         def scraped() -> bool:

@@ -1,0 +1,16 @@
+"""`outbox-bridge run`: the daemon that publishes the outbox, one room per concept.
+
+- `loop`: `BridgeDaemon`, the one loop that reads, sends, serves delivery reports and checkpoints;
+- `leadership`: the lease (stand by, take, renew with each persist, the monotonic send deadline);
+- `poison`: from a row to its record under the poison policy, topics checked once;
+- `rewinds`: operator rewind requests and late rows, as decisions the loop carries out;
+- `retention`: deleting published rows past `BRIDGE_RETENTION` while leading;
+- `status`: what each persist reports.
+
+The collaborators decide and never call back into the loop; the pure rules they rely on are in
+`bridge.core`.
+"""
+
+from bridge.daemon.loop import EXIT_DAMAGED, EXIT_OK, EXIT_POISON, EXIT_UNSAFE, BridgeDaemon
+
+__all__ = ["EXIT_DAMAGED", "EXIT_OK", "EXIT_POISON", "EXIT_UNSAFE", "BridgeDaemon"]

@@ -1,0 +1,477 @@
+"""The bridge's loop: tail the outbox in seq order and publish every committed event to Kafka.
+
+One loop, one thread: serve delivery reports, checkpoint on an interval (late rows, persist and renew,
+rewind requests), read while the in-flight window has room, and wait for new rows when idle. A failed
+delivery discards the producer and rewinds to the watermark; a database or admin failure backs off
+and retries; losing the lease stops publishing at once. The collaborators decide (`Leadership`,
+`PoisonGate`, `rewinds`, `Refusals`); only this loop acts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
+
+from bridge.backoff import Backoff, BackoffPolicy
+from bridge.config import BridgeConfig
+from bridge.core.holes import SeqRange
+from bridge.core.late import SettledHoles
+from bridge.core.refusals import Refusals
+from bridge.core.watermark import AckTracker
+from bridge.daemon import rewinds
+from bridge.daemon.leadership import Leadership
+from bridge.daemon.poison import PoisonGate
+from bridge.daemon.retention import Retention
+from bridge.daemon.status import report
+from bridge.errors import FencedError, PoisonEventError, TopicSafetyError, TransientStoreError
+from bridge.metrics import BridgeMetrics
+from bridge.offsets import OffsetStore
+from bridge.producer_settings import producer_settings
+from bridge.publisher import KafkaPublisher, Publisher
+from bridge.store.engine import make_engine, make_reader
+from bridge.store.failures import store_error
+from bridge.store.invariants import OutboxDamagedError, check_never_skip
+from bridge.store.reader import OutboxReader
+from bridge.topics import TopicChecker, TopicGuard, TopicPolicy
+
+log = logging.getLogger("bridge.daemon")
+
+EXIT_OK = 0
+#: The outbox's seq path is damaged (see bridge.store.invariants); the same code as a configuration error.
+EXIT_DAMAGED = 2
+EXIT_POISON = 3
+EXIT_UNSAFE = 4
+
+#: Delivery errors about the records, not the cluster: sending them again fails again. The broker
+#: refuses a whole batch, so each record it named is sent again alone (after everything before it is
+#: acknowledged); one refused alone goes to the poison policy instead of being retried forever.
+RECORD_REFUSED = frozenset({
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.RECORD_LIST_TOO_LARGE,
+    KafkaError.INVALID_RECORD,
+    KafkaError.INVALID_MSG,
+    KafkaError.INVALID_MSG_SIZE,
+})
+#: A transaction holding the horizon back this long is worth a warning; shorter ones are ordinary commits.
+LONG_TRANSACTION_S = 10.0
+#: How long a rewind waits for in-flight acks before it discards the producer.
+REWIND_DRAIN_S = 10.0
+
+PublisherFactory = Callable[[dict[str, Any], Callable[[int, int, KafkaError | None], None]], Publisher]
+
+
+@dataclass(slots=True)
+class _Sent:
+    """What the delivery report needs to know about a record in flight."""
+
+    topic: str
+    occurred_at: float
+
+
+class BridgeDaemon:
+    """The bridge's main loop for one bridge name; `run()` returns a process exit code.
+
+    By default it builds its engine, reader, lease store, publisher and topic guard from `config`;
+    tests give it in-memory ones (`bridge.kafka.testing`) instead."""
+
+    def __init__(
+        self,
+        config: BridgeConfig,
+        metrics: BridgeMetrics | None = None,
+        publisher_factory: PublisherFactory | None = None,
+        topic_guard: TopicChecker | None = None,
+        instance_id: str | None = None,
+        engine: Engine | None = None,
+        reader_factory: Callable[[Engine], OutboxReader] = make_reader,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics or BridgeMetrics()
+        self.instance_id = instance_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.engine = engine or make_engine(config.db_url.get_secret_value())
+        self.offsets = OffsetStore(self.engine, config.bridge_name)
+        self.leadership = Leadership(self.offsets, self.instance_id, config.lease_timeout_s, self.metrics)
+        self._reader_factory = reader_factory
+        self._publisher_factory = publisher_factory or KafkaPublisher
+        guard = topic_guard or TopicGuard(
+            config.bootstrap_servers,
+            TopicPolicy(config.topic_partitions, config.replication_factor, config.allow_single_broker),
+        )
+        self._refusals = Refusals()
+        self._gate = PoisonGate(config, guard, self.metrics, self._refusals)
+        self._settled = SettledHoles()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._published: dict[str, Any] = {}  # topic -> its events_published child, looked up once
+        self._published_pending: dict[str, int] = {}  # acks not yet added to events_published
+        self._sent: dict[int, _Sent] = {}
+        self.tracker: AckTracker | None = None
+        self.last_error: str | None = None
+        self.holes_settled = 0
+        self.halted: PoisonEventError | None = None
+        self.rewinds_applied = 0
+        self._retention = (
+            Retention(config, self.metrics, lambda: self.leadership.leading, self._stop, self._note_error)
+            if config.retention_period is not None else None
+        )
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    def stop(self) -> None:
+        """Ask the loop to stop gracefully (what SIGTERM and SIGINT do)."""
+        self._stop.set()
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    @property
+    def retention_passes(self) -> int:
+        return self._retention.passes if self._retention is not None else 0
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, _: FrameType | None) -> None:
+            log.info("signal received, stopping", extra={"signal": signal.Signals(signum).name})
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def run(self) -> int:
+        """Check the outbox, wait for the lease, publish while holding it; return an exit code when stopped."""
+        backoff = Backoff(BackoffPolicy(initial_s=0.2, cap_s=5.0))
+        if self._retention is not None:
+            self._retention.start()
+        checked = False
+        try:
+            while not self._stop.is_set():
+                try:
+                    if not checked:
+                        self._check_outbox()
+                        checked = True
+                    lease = self.leadership.acquire(self._stop, standing_by=self._ready)
+                    if lease is None:
+                        break
+                    code = self._lead(lease.watermark)
+                    if code != EXIT_OK or self._stop.is_set():
+                        return code
+                except FencedError as exc:
+                    log.warning("lost the lease; standing by", extra={"error": str(exc)})
+                    self.leadership.lost()
+                except TransientStoreError as exc:
+                    self.last_error = str(exc)
+                    delay = backoff.next_delay()
+                    log.warning("database unavailable; retrying", extra={"error": str(exc), "retry_in_s": delay})
+                    self._stop.wait(delay)
+                except TopicSafetyError as exc:
+                    self.last_error = str(exc)
+                    log.error("unsafe topic; stopping", extra={"error": str(exc)})
+                    return EXIT_UNSAFE
+                except OutboxDamagedError as exc:
+                    self.last_error = str(exc)
+                    log.error("the outbox's seq path is damaged; not publishing", extra={"error": str(exc)})
+                    return EXIT_DAMAGED
+            return EXIT_OK
+        finally:
+            self._ready.clear()
+            self.engine.dispose()
+
+    def _check_outbox(self) -> None:
+        """Refuse to lead an outbox whose seq path no longer takes the horizon stamp first."""
+        try:
+            with self.engine.connect() as conn:
+                check_never_skip(conn)
+        except DBAPIError as exc:
+            raise store_error(exc, "checking the outbox's seq path") from exc
+
+    def _note_error(self, kind: str, exc: Exception) -> None:
+        self.last_error = str(exc)
+        self.metrics.publish_errors.labels(kind=kind).inc()
+
+    # ---------------------------------------------------------------------------------------- lead
+
+    def _lead(self, watermark: int) -> int:
+        config = self.config
+        tracker = AckTracker(watermark, max_in_flight=config.max_in_flight,
+                             max_in_flight_bytes=config.max_in_flight_bytes)
+        self.tracker = tracker
+        self._sent.clear()
+        reader = self._reader_factory(self.engine)
+        publisher = self._new_publisher()
+        self._ready.set()
+        checkpointed_at = time.monotonic()
+        backoff = Backoff(BackoffPolicy(initial_s=0.05, cap_s=5.0))
+        idle_min = config.poll_interval_min_ms / 1000
+        idle_wait = idle_min
+        try:
+            while not self._stop.is_set():
+                publisher.poll(0)
+                self._flush_published()
+                if publisher.failure is not None:
+                    publisher = self._rebuild(publisher, tracker, reader)
+                    continue
+                # Checkpoint before reading: a process that was paused past its lease finds out here,
+                # before it sends anything more.
+                now = time.monotonic()
+                if now - checkpointed_at >= config.persist_interval_s or self.leadership.expired():
+                    publisher = self._checkpoint(tracker, reader, publisher)
+                    checkpointed_at = now
+                read_any = False
+                if tracker.has_room(0):
+                    try:
+                        read_any = self._read_and_send(reader, tracker, publisher)
+                        backoff.reset()
+                    except (TransientStoreError, KafkaException) as exc:
+                        # The database (reading rows) or the admin API (checking a new topic) failed:
+                        # nothing is lost, the next read starts after the last seq handed to Kafka.
+                        self._note_error("database" if isinstance(exc, TransientStoreError) else "admin", exc)
+                        delay = backoff.next_delay()
+                        log.warning("reading or routing failed; retrying",
+                                    extra={"error": str(exc), "retry_in_s": round(delay, 3)})
+                        publisher.poll(delay)
+                    except PoisonEventError as exc:
+                        return self._halt(exc, tracker, publisher, reader)
+                    except TopicSafetyError as exc:
+                        self.last_error = str(exc)
+                        log.error("unsafe topic; stopping", extra={"error": str(exc)})
+                        return self._shutdown(tracker, publisher, reader, EXIT_UNSAFE)
+                if read_any:
+                    idle_wait = idle_min
+                    continue
+                if tracker.unacked_count:
+                    # Waiting for acks: poll returns as soon as one arrives, so this costs no latency,
+                    # and while Kafka is unreachable it keeps the loop from querying the outbox hot.
+                    publisher.poll(idle_wait)
+                else:
+                    reader.wait(idle_wait)
+                idle_wait = min(idle_wait * 2, config.poll_interval_max_ms / 1000)
+            return self._shutdown(tracker, publisher, reader, EXIT_OK)
+        except FencedError:
+            self._flush_published()
+            publisher.close()
+            reader.close()
+            raise
+
+    def _checkpoint(self, tracker: AckTracker, reader: OutboxReader, publisher: Publisher) -> Publisher:
+        """The periodic steps, in this order; a database failure skips the rest until the next turn."""
+        try:
+            # 1. Rows that appeared in holes settled earlier: rewind to publish them (lowers the watermark).
+            late = rewinds.late_rows(reader, self._settled, tracker.watermark)
+            if late is not None:
+                self.metrics.late_events.inc(len(late.late))
+                publisher = self._rewind(late, tracker, reader, publisher)
+            # 2. Persist the watermark and renew the lease, in one fenced write.
+            self._persist(tracker, reader, allow_lower=late is not None)
+            # 3. An operator's rewind request, applied under the lease just renewed.
+            requested = rewinds.requested(self.offsets, tracker.watermark)
+            if requested is not None:
+                publisher = self._rewind(requested, tracker, reader, publisher)
+        except TransientStoreError as exc:
+            self._note_error("database", exc)
+            if self.leadership.expired():
+                # Another instance may have taken over meanwhile: stop publishing.
+                raise FencedError(f"could not renew the lease for {self.config.lease_timeout_s}s") from exc
+        return publisher
+
+    def _new_publisher(self) -> Publisher:
+        return self._publisher_factory(producer_settings(self.config).conf, self._on_delivery)
+
+    def _rebuild(self, publisher: Publisher, tracker: AckTracker, reader: OutboxReader) -> Publisher:
+        failure = publisher.failure
+        assert failure is not None
+        self.last_error = f"delivery of seq {failure.seq} failed: {failure.reason}"
+        self.metrics.publish_errors.labels(kind="fatal" if failure.fatal else "delivery").inc()
+        self.metrics.producer_rebuilds.inc()
+        log.error("delivery failed; rebuilding the producer and rewinding to the watermark",
+                  extra={"seq": failure.seq, "error": failure.reason, "watermark": tracker.watermark,
+                         "suspect_seqs": self._refusals.suspects[:10], "refused_seqs": self._refusals.culprits})
+        publisher.close()
+        return self._restart_from(tracker.watermark, tracker, reader)
+
+    def _restart_from(self, watermark: int, tracker: AckTracker, reader: OutboxReader) -> Publisher:
+        """Forget everything in flight, continue reading after `watermark`, with a new producer."""
+        tracker.reset(watermark)
+        self._sent.clear()
+        self._refusals.restart()
+        reader.forget_holes()
+        self._settled.forget_from(watermark + 1)
+        return self._new_publisher()
+
+    def _rewind(self, rewind: rewinds.Rewind, tracker: AckTracker, reader: OutboxReader,
+                publisher: Publisher) -> Publisher:
+        """Carry out a rewind: drain (bounded, well inside the lease), discard the producer, continue
+        after `rewind.to` once the lower watermark is stored under this lease."""
+        self._drain(tracker, publisher,
+                    min(REWIND_DRAIN_S, self.config.shutdown_timeout_s, self.config.lease_timeout_s / 4))
+        publisher.close()
+        resume_at = rewind.to
+        request = rewind.request
+        if request is not None:
+            resume_at = tracker.watermark  # if the request cannot be applied now, carry on from here
+            lease = self.leadership.lease
+            assert lease is not None
+            try:
+                applied = self.offsets.apply_rewind(lease, request, self.config.lease_timeout_s)
+            except TransientStoreError as exc:
+                self._note_error("database", exc)
+                log.warning("could not apply the rewind request now; retrying at the next persist",
+                            extra={"request": request.id, "error": str(exc)})
+                applied = False
+            else:
+                if not applied:
+                    log.warning("rewind request no longer pending; ignored", extra={"request": request.id})
+            if applied:
+                resume_at = rewind.to
+                self.rewinds_applied += 1
+                log.info("rewound", extra={"request": request.id, "watermark": rewind.to})
+        publisher = self._restart_from(resume_at, tracker, reader)
+        self.metrics.watermark_seq.set(tracker.watermark)
+        return publisher
+
+    # ---------------------------------------------------------------------------------------- read
+
+    def _read_and_send(self, reader: OutboxReader, tracker: AckTracker, publisher: Publisher) -> bool:
+        """Read after the tracker's position (the one cursor) and send what the read allows, in seq order.
+
+        The tracker takes exactly the holes the reader settled and refuses any other gap. Stopping early
+        (the window is full, a suspect record must go alone) needs no rewind: the next read starts after
+        the last seq the tracker accounted for.
+        """
+        limit = min(self.config.read_batch_size, self.config.max_in_flight - tracker.in_flight_count)
+        if limit <= 0 or self._refusals.alone is not None:
+            return False
+        batch = reader.poll(tracker.position, limit)
+        self.metrics.horizon_held_back.set(1 if batch.waiting_on is not None else 0)
+        if not batch.rows:
+            return False
+        generation = tracker.generation
+        sent_any = False
+        try:
+            for row in batch.in_order():
+                if isinstance(row, SeqRange):
+                    holes = tracker.settle(row)
+                    self._settled.add(row)
+                    self.holes_settled += holes
+                    self.metrics.holes_settled.inc(holes)
+                    continue
+                alone = self._refusals.must_go_alone(row.seq)
+                if alone and tracker.unacked_count:
+                    break  # send it once everything before it is acknowledged
+                if not tracker.has_room(len(row.payload)):
+                    break  # the byte window is full: the rest is read again once acks make room
+                record = self._gate.record_for(row)
+                if not self.leadership.may_send():
+                    # Checked before every send: a read, a topic check or a pause may have outlasted
+                    # the lease, and a standby may lead by now.
+                    raise FencedError(f"the lease ran out before seq {row.seq} was sent; standing down")
+                tracker.track(row.seq, record.size)
+                self._sent[row.seq] = _Sent(record.topic, row.occurred_at.timestamp())
+                publisher.send(record, generation)
+                sent_any = True
+                if alone:
+                    self._refusals.alone = row.seq
+                    break  # and nothing after it until it is acknowledged
+            return sent_any
+        finally:
+            self.metrics.in_flight_events.set(tracker.in_flight_count)
+            self.metrics.in_flight_bytes.set(tracker.in_flight_bytes)
+
+    # ------------------------------------------------------------------------------------ delivery
+
+    def _on_delivery(self, seq: int, generation: int, err: KafkaError | None) -> None:
+        tracker = self.tracker
+        if tracker is None or generation != tracker.generation:
+            return
+        if err is not None:
+            self.metrics.publish_errors.labels(kind=err.name()).inc()
+            if err.code() in RECORD_REFUSED:
+                self._refusals.refused(seq, f"{err.name()}: {err.str()}")
+                sent = self._sent.get(seq)
+                if sent is not None:
+                    self._gate.recheck(sent.topic)
+            return
+        sent = self._sent.pop(seq, None)
+        self._refusals.delivered(seq)
+        if tracker.ack(seq, generation) and sent is not None:
+            # Counted here, added to the counter once per loop turn (`_flush_published`): a locked
+            # increment per event cost more than the rest of the ack.
+            pending = self._published_pending
+            pending[sent.topic] = pending.get(sent.topic, 0) + 1
+            self.metrics.commit_to_ack_seconds.observe(max(0.0, time.time() - sent.occurred_at))
+
+    def _flush_published(self) -> None:
+        if not self._published_pending:
+            return
+        for topic, count in self._published_pending.items():
+            published = self._published.get(topic)
+            if published is None:
+                published = self._published[topic] = self.metrics.events_published.labels(topic=topic)
+            published.inc(count)
+        self._published_pending.clear()
+
+    # ------------------------------------------------------------------------------------- persist
+
+    def _status(self, tracker: AckTracker, reader: OutboxReader) -> dict[str, Any]:
+        return report(tracker, reader, self.metrics, instance=self.instance_id, holes_settled=self.holes_settled,
+                      rewinds_applied=self.rewinds_applied, last_error=self.last_error)
+
+    def _persist(self, tracker: AckTracker, reader: OutboxReader, *, allow_lower: bool = False) -> None:
+        status = self._status(tracker, reader)
+        if status["horizon_holder"] and self.metrics.horizon_oldest_xact_age_seconds._value.get() >= LONG_TRANSACTION_S:
+            log.warning("a long transaction holds publishing back", extra={"holder": status["horizon_holder"]})
+        self.leadership.renew(tracker.watermark, status, allow_lower=allow_lower)
+
+    # ------------------------------------------------------------------------------------ stopping
+
+    def _drain(self, tracker: AckTracker, publisher: Publisher, timeout: float | None = None) -> None:
+        deadline = time.monotonic() + (self.config.shutdown_timeout_s if timeout is None else timeout)
+        while tracker.unacked_count and time.monotonic() < deadline and publisher.failure is None:
+            publisher.poll(0.05)
+
+    def _shutdown(self, tracker: AckTracker, publisher: Publisher, reader: OutboxReader, code: int,
+                  halted_at: PoisonEventError | None = None) -> int:
+        """Stop reading, wait (bounded) for in-flight acks, persist the watermark, give up the lease."""
+        log.info("stopping: waiting for in-flight deliveries",
+                 extra={"unacked": tracker.unacked_count, "timeout_s": self.config.shutdown_timeout_s})
+        self._drain(tracker, publisher)
+        self._flush_published()
+        if tracker.unacked_count:
+            log.warning("stopped with deliveries unconfirmed; they will be re-sent after restart",
+                        extra={"unacked": tracker.unacked_count, "watermark": tracker.watermark})
+        publisher.close()
+        try:
+            status = self._status(tracker, reader)
+            if halted_at is not None:
+                status["halted_at_seq"] = halted_at.seq
+            self.leadership.renew(tracker.watermark, status)
+            self.leadership.release()
+        except (TransientStoreError, FencedError) as exc:
+            # Still exit with the code that says why we stopped; the only cost is duplicates after a restart.
+            self.last_error = str(exc)
+            log.error("could not persist the final watermark; a restart re-sends from the last persisted one",
+                      extra={"watermark": tracker.watermark, "error": str(exc)})
+        finally:
+            reader.close()
+            self.leadership.lost()
+        log.info("stopped", extra={"watermark": tracker.watermark, "exit_code": code})
+        return code
+
+    def _halt(self, exc: PoisonEventError, tracker: AckTracker, publisher: Publisher, reader: OutboxReader) -> int:
+        """Poison policy `halt`: publish everything before the bad row, persist, and stop naming it."""
+        self.halted = exc
+        self.last_error = str(exc)
+        log.error("halting on a poison event; fix or remove the row, or run with BRIDGE_POISON_POLICY=dead-letter",
+                  extra={"seq": exc.seq, "reason": exc.reason})
+        return self._shutdown(tracker, publisher, reader, EXIT_POISON, halted_at=exc)

@@ -1,0 +1,76 @@
+"""From a row to the record the bridge sends, under the poison policy.
+
+A row becomes its record (`bridge.records.build_record`) with each topic checked, or created, the first
+time it is used. A row that can never be published as it is (too large, unroutable, refused by Kafka
+alone) is poison: under `halt` the gate raises `PoisonEventError` naming it, under `dead-letter` it
+returns the record for the dead-letter topic instead. The gate decides; the loop sends.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bridge.config import BridgeConfig, PoisonPolicy
+from bridge.core.refusals import Refusals
+from bridge.errors import PoisonEventError
+from bridge.metrics import BridgeMetrics
+from bridge.records import DEFAULT_MAX_MESSAGE_BYTES, KafkaRecord, TopicRouter, build_record, dead_letter_record
+from bridge.store.rows import OutboxRow
+from bridge.topics import TopicChecker
+
+log = logging.getLogger("bridge.daemon")
+
+#: librdkafka's default `message.max.bytes`: the producer refuses a larger record before sending it.
+PRODUCER_MAX_MESSAGE_BYTES = 1_000_000
+
+
+class PoisonGate:
+    """Builds each row's record, checks topics once, and applies the poison policy."""
+
+    def __init__(self, config: BridgeConfig, guard: TopicChecker, metrics: BridgeMetrics, refusals: Refusals) -> None:
+        self._config = config
+        self._guard = guard
+        self._metrics = metrics
+        self._refusals = refusals
+        self._route = TopicRouter(config.topic_for)
+        self._checked_topics: dict[str, int] = {}
+        extra_limit = config.producer_extra.get("message.max.bytes")
+        # The producer refuses larger records before sending them; the configuration never changes.
+        self._producer_limit = int(str(extra_limit)) if extra_limit is not None else PRODUCER_MAX_MESSAGE_BYTES
+
+    def record_for(self, row: OutboxRow) -> KafkaRecord:
+        """The record for a row, the dead-letter record, or PoisonEventError (policy `halt`)."""
+        try:
+            refused = self._refusals.culprit(row.seq)
+            if refused is not None:
+                raise PoisonEventError(row.seq, f"Kafka refused the record: {refused}")
+            try:
+                topic = self._route(row.aggregate_type)
+            except ValueError:
+                limit = self._producer_limit  # unroutable: build_record says so
+            else:
+                limit = min(self._topic_limit(topic), self._producer_limit)
+            return build_record(row, self._route, limit)
+        except PoisonEventError as exc:
+            self._metrics.poison_events.labels(policy=self._config.poison_policy.value).inc()
+            if self._config.poison_policy is PoisonPolicy.HALT:
+                raise
+            topic = self._config.dlq_topic_name
+            log.error("poison event sent to the dead-letter topic",
+                      extra={"seq": row.seq, "reason": exc.reason, "topic": topic})
+            limit = min(self._topic_limit(topic), self._producer_limit)
+            return dead_letter_record(row, exc.reason, topic, self._config.bridge_name, limit)
+
+    def recheck(self, topic: str) -> None:
+        """Check `topic` again before its next record: its limits may have changed since."""
+        self._checked_topics.pop(topic, None)
+
+    def _topic_limit(self, topic: str) -> int:
+        """Check (or create) a topic the first time it is used; return its max.message.bytes."""
+        known = self._checked_topics.get(topic)
+        if known is not None:
+            return known
+        report = self._guard.ensure(topic, self._config.allow_create_topics)
+        limit = report.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES
+        self._checked_topics[topic] = limit
+        return limit

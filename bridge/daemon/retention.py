@@ -1,0 +1,55 @@
+"""Retention while leading: delete published rows older than `BRIDGE_RETENTION`, beside publishing.
+
+The same work as `outbox-bridge cleanup --older-than` (small batches, never above the persisted
+watermark), every `retention_interval_s`, on its own thread and connections, and only while this
+instance holds the lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from bridge.config import BridgeConfig
+from bridge.metrics import BridgeMetrics
+
+log = logging.getLogger("bridge.daemon")
+
+
+class Retention:
+    """A background thread that runs retention passes while `leading()` says so."""
+
+    def __init__(self, config: BridgeConfig, metrics: BridgeMetrics, leading: Callable[[], bool],
+                 stop: threading.Event, on_error: Callable[[str, Exception], None]) -> None:
+        period = config.retention_period
+        assert period is not None, "Retention needs BRIDGE_RETENTION"
+        self._config = config
+        self._period = period
+        self._metrics = metrics
+        self._leading = leading
+        self._stop = stop
+        self._on_error = on_error
+        self.passes = 0
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="outbox-retention", daemon=True).start()
+
+    def _run(self) -> None:
+        from bridge.admin import cleanup
+
+        while not self._stop.wait(self._config.retention_interval_s):
+            if not self._leading():
+                continue
+            try:
+                result = cleanup(self._config, self._period, dry_run=False, show_progress=False)
+            except Exception as exc:  # noqa: BLE001 - a failed pass is retried next interval; publishing goes on
+                self._on_error("retention", exc)
+                log.warning("retention pass failed; retrying next interval",
+                            extra={"error": str(exc), "retry_in_s": self._config.retention_interval_s})
+                continue
+            self.passes += 1
+            self._metrics.retention_deleted.inc(result["deleted"])
+            if result["deleted"]:
+                log.info("retention pass", extra={"deleted": result["deleted"], "watermark": result["watermark"],
+                                                  "cutoff": result["cutoff"]})
