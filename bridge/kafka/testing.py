@@ -25,17 +25,28 @@ class InMemoryPublisher:
     """A producer whose broker accepts everything; `delivered` holds the records in delivery order."""
 
     def __init__(self, on_delivery: Callable[[int, int, KafkaError | None], None],
-                 delivered: list[KafkaRecord] | None = None) -> None:
+                 delivered: list[KafkaRecord] | None = None, *, hold: bool = False) -> None:
         self.failure: DeliveryFailure | None = None
         self.delivered: list[KafkaRecord] = [] if delivered is None else delivered
+        #: While set, nothing is delivered: records stay queued (a broker that does not answer).
+        self.hold = hold
         self._on_delivery = on_delivery
         self._queued: list[tuple[KafkaRecord, int]] = []
         self.closed = False
+
+    @property
+    def queued(self) -> int:
+        """Records sent and not yet delivered."""
+        return len(self._queued)
 
     def send(self, record: KafkaRecord, generation: int) -> None:
         self._queued.append((record, generation))
 
     def poll(self, timeout: float) -> int:
+        if self.hold:
+            if timeout:
+                time.sleep(min(timeout, 0.01))
+            return 0
         queued, self._queued = self._queued, []
         if not queued and timeout:
             time.sleep(min(timeout, 0.01))
@@ -60,6 +71,15 @@ class AcceptingTopicGuard:
         return TopicReport(topic, exists=True, max_message_bytes=DEFAULT_TOPIC_MAX_MESSAGE_BYTES)
 
 
-def publisher_factory(delivered: list[KafkaRecord]) -> Callable[[dict[str, Any], Any], InMemoryPublisher]:
-    """A `BridgeDaemon(publisher_factory=...)` whose every producer appends to one `delivered` list."""
-    return lambda _settings, on_delivery: InMemoryPublisher(on_delivery, delivered)
+def publisher_factory(delivered: list[KafkaRecord], made: list[InMemoryPublisher] | None = None,
+                      *, hold: bool = False) -> Callable[[dict[str, Any], Any], InMemoryPublisher]:
+    """A `BridgeDaemon(publisher_factory=...)` whose every producer appends to one `delivered` list (and
+    to `made`, when given, so a test can reach the current one)."""
+
+    def make(_settings: dict[str, Any], on_delivery: Any) -> InMemoryPublisher:
+        publisher = InMemoryPublisher(on_delivery, delivered, hold=hold)
+        if made is not None:
+            made.append(publisher)
+        return publisher
+
+    return make
