@@ -25,7 +25,8 @@ def test_a_read_of_many_rows_sends_only_what_fits_the_byte_window(tmp_path: Path
     engine = create_engine(url)
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO domain_events (event_id, aggregate_type, aggregate_id, event_type, payload) "
-                          "VALUES (:e, 'order', 'a', 'Placed', :p)"), [{"e": f"e-{i}", "p": PAYLOAD} for i in range(200)])
+                          "VALUES (:e, 'order', 'a', 'Placed', :p)"),
+                     [{"e": f"e-{i}", "p": PAYLOAD} for i in range(200)])
     engine.dispose()
     config = load_config(flags={"db_url": url, "bridge_name": "window", "topic_template": "u.{aggregate_type}",
                                 "allow_single_broker": True, "replication_factor": 1, "metrics_port": 0,
