@@ -32,7 +32,7 @@ from bridge.errors import FencedError, PoisonEventError, TopicSafetyError, Trans
 from bridge.metrics import BridgeMetrics
 from bridge.offsets import Lease, OffsetStore
 from bridge.producer_settings import producer_settings
-from bridge.publisher import KafkaPublisher, Publisher
+from bridge.publisher import CLOSE_TIMEOUT_S, KafkaPublisher, Publisher
 from bridge.records import DEFAULT_MAX_MESSAGE_BYTES, KafkaRecord, TopicRouter, build_record
 from bridge.store.engine import make_engine, make_reader
 from bridge.store.reader import OutboxReader
@@ -305,7 +305,10 @@ class BridgeDaemon:
         log.error("delivery failed; rebuilding the producer and rewinding to the watermark",
                   extra={"seq": failure.seq, "error": failure.reason, "watermark": tracker.watermark,
                          "suspect_seqs": sorted(self._suspects)[:10], "refused_seqs": sorted(self._refused)})
-        publisher.close()
+        # Finished for good before anything is sent again, so nothing it sent lands after the re-sends; its
+        # last reports still count (acks move the watermark, refusals name suspects). Bounded well inside
+        # the lease, which is not renewed meanwhile.
+        publisher.close(min(CLOSE_TIMEOUT_S, self.config.lease_timeout_s / 2))
         return self._restart_from(tracker.watermark, tracker, source)
 
     def _restart_from(self, watermark: int, tracker: AckTracker, source: OutboxReader) -> Publisher:

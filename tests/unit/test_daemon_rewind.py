@@ -53,7 +53,7 @@ class AckingPublisher:
         self.poll(0)
         return 0
 
-    def close(self) -> None:
+    def close(self, timeout: float = 0.0) -> None:
         self._queued.clear()
 
 
