@@ -98,6 +98,9 @@ _GUARDS: Final[Mapping[str, _Guard]] = {
     "acks": _Guard(_weakens_acks, "all", "a broker failure can lose events Kafka acknowledged"),
     "request.required.acks": _Guard(_weakens_acks, "all", "a broker failure can lose acknowledged events"),
     "enable.idempotence": _Guard(_is_false, "true", "retries can duplicate and reorder events within a key"),
+    "enable.gapless.guarantee": _Guard(
+        _is_false, "true", "after a refused batch, later events of a key can reach Kafka before the refused ones"
+    ),
     "max.in.flight.requests.per.connection": _Guard(
         _weakens_in_flight, "5", "retries can reorder events within a key"
     ),
@@ -164,6 +167,16 @@ def safe_base(config: BridgeConfig, client_id: str | None = None) -> dict[str, A
         "bootstrap.servers": config.bootstrap_servers,
         "client.id": client_id or default_client_id(config),
         "enable.idempotence": True,
+        # On: when the broker refuses a batch for good (MSG_SIZE_TOO_LARGE, RECORD_LIST_TOO_LARGE, ...),
+        # librdkafka without it bumps the epoch and goes on sending the partition's later batches, which then
+        # land before the daemon re-sends the refused records: a consumer meets a key's seq 20 before its
+        # seq 10. With it the producer raises a fatal error and sends nothing more (queued messages are
+        # purged, in-flight ones still reported), which is what the daemon wants anyway: it discards the
+        # producer and rewinds to the watermark on any failed delivery. librdkafka calls it experimental
+        # and warns (CONFWARN) at every producer build; if a release removes it, building the producer
+        # fails at start, loudly (tests/unit/test_producer_settings.py builds one). Messages that time
+        # out (delivery.timeout.ms) are outside it: later ones may land before the re-sends then.
+        "enable.gapless.guarantee": True,
         "acks": "all",
         "max.in.flight.requests.per.connection": 5,
         "message.send.max.retries": MAX_INT32,  # bounded by delivery.timeout.ms, not by a count

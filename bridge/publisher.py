@@ -2,13 +2,15 @@
 
 The canonical confluent-kafka loop: `produce(..., on_delivery=...)`, poll often, poll on BufferError,
 flush at the end. A fatal or non-retriable delivery error is recorded, not raised from the callback:
-the daemon then discards this producer, builds a new one and rewinds to the watermark.
+the daemon then discards this producer, builds a new one and rewinds to the watermark. Discarding
+means finished for good (`close`): nothing the old producer sent may land after the re-sends.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -22,6 +24,10 @@ log = logging.getLogger("bridge.publisher")
 
 #: Called with (seq, generation, error or None) for every delivery report.
 DeliveryCallback = Callable[[int, int, KafkaError | None], None]
+
+#: How long `close` waits, by default, for the broker to answer what is in flight. On a healthy
+#: cluster the answers take milliseconds; a broker that does not answer within this will not soon.
+CLOSE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +51,13 @@ class Publisher(Protocol):
 
     def flush(self, timeout: float) -> int: ...
 
-    def close(self) -> None: ...
+    def close(self, timeout: float = ...) -> None: ...
+
+
+def _forward_error(on_error: weakref.WeakMethod[Callable[[KafkaError], None]], err: KafkaError) -> None:
+    method = on_error()
+    if method is not None:
+        method(err)
 
 
 class KafkaPublisher:
@@ -54,15 +66,15 @@ class KafkaPublisher:
     def __init__(self, settings: dict[str, Any], on_delivery: DeliveryCallback) -> None:
         self.failure: DeliveryFailure | None = None
         self._on_delivery = on_delivery
-        self._producer = Producer({**settings, "error_cb": self._on_error})
+        self._closed = False
+        # The error callback holds this publisher weakly: a bound method would close a reference cycle
+        # (producer -> error_cb -> publisher -> producer) that outlives `close` and keeps the producer alive.
+        self._producer = Producer({**settings, "error_cb": partial(_forward_error, weakref.WeakMethod(self._on_error))})
 
     def _on_error(self, err: KafkaError) -> None:
-        if err.fatal():
-            self.failure = DeliveryFailure(None, err.code(), err.str(), fatal=True)
-            log.error("fatal producer error", extra={"error": err.str(), "code": err.name()})
-        else:
-            # Broker down, all brokers down, timeouts: librdkafka keeps retrying within delivery.timeout.ms.
-            log.warning("producer error, retrying", extra={"error": err.str(), "code": err.name()})
+        # Broker down, all brokers down, timeouts: librdkafka keeps retrying within delivery.timeout.ms.
+        # A fatal error never comes here: confluent-kafka raises it from poll and flush instead (`_serve`).
+        log.warning("producer error, retrying", extra={"error": err.str(), "code": err.name()})
 
     def send(self, record: KafkaRecord, generation: int) -> None:
         # One partial per record (made in C), not a closure: this runs for every event.
@@ -93,21 +105,66 @@ class KafkaPublisher:
             self.failure = DeliveryFailure(seq, err.code(), err.str(), fatal=err.fatal())
         self._on_delivery(seq, generation, err)
 
+    def _serve(self, serve: Callable[[float], int], timeout: float) -> int:
+        """Serve reports with `serve` (poll or flush); a fatal error, which confluent-kafka raises from
+        them instead of calling error_cb, becomes `failure` like any other."""
+        try:
+            return int(serve(timeout))
+        except KafkaException as exc:
+            self._note_fatal(exc)
+            return len(self._producer)
+
+    def _note_fatal(self, exc: KafkaException) -> None:
+        err = exc.args[0] if exc.args else None
+        if not (isinstance(err, KafkaError) and err.fatal()):
+            raise exc
+        if self.failure is None or not self.failure.fatal:
+            self.failure = DeliveryFailure(None, err.code(), err.str(), fatal=True)
+        log.error("fatal producer error", extra={"error": err.str(), "code": err.name()})
+
     def poll(self, timeout: float) -> int:
-        return int(self._producer.poll(timeout))
+        return self._serve(self._producer.poll, timeout)
 
     def flush(self, timeout: float) -> int:
         """Wait up to `timeout` seconds for outstanding deliveries; return how many are still unsent."""
         deadline = time.monotonic() + timeout
         remaining = len(self._producer)
         while remaining and time.monotonic() < deadline:
-            remaining = self._producer.flush(min(1.0, max(0.0, deadline - time.monotonic())))
+            remaining = self._serve(self._producer.flush, min(1.0, max(0.0, deadline - time.monotonic())))
         return int(remaining)
 
-    def close(self) -> None:
-        # Outstanding messages are abandoned on purpose: the daemon rewinds to the watermark.
-        self._producer.purge(in_queue=True, in_flight=False)
-        self._producer.poll(0)
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+        """Finish this producer for good: drop what is queued, wait up to `timeout` seconds for the broker
+        to answer what is in flight (each delivery is reported), then destroy it and its threads."""
+        if self._closed:
+            return
+        self._closed = True
+        producer = self._producer
+        deadline = time.monotonic() + timeout
+        # Queued messages were never sent: drop them (reported as _PURGE_QUEUE; the daemon rewinds anyway).
+        # Purged again on every turn, as a failed request puts its messages back in the queue for a retry.
+        producer.purge(in_queue=True, in_flight=False)
+        self._serve(producer.poll, 0)
+        while len(producer) and time.monotonic() < deadline:
+            self._serve(producer.poll, min(0.05, max(0.0, deadline - time.monotonic())))
+            producer.purge(in_queue=True, in_flight=False)
+        unanswered = len(producer)
+        if unanswered:
+            # The requests are on the wire: the broker may still append them, after anything sent later.
+            log.warning("producer closed with requests unanswered; their records may land after the re-sends",
+                        extra={"unanswered": unanswered, "timeout_s": timeout})
+            producer.purge(in_queue=True, in_flight=True)
+            # The purged messages are reported at once; a fatal error raised meanwhile (with gapless, a purged
+            # request counts as a gap) interrupts a poll, so poll until all are served.
+            served_by = time.monotonic() + 1.0
+            while len(producer) and time.monotonic() < served_by:
+                self._serve(producer.poll, 0.01)
+        # Every message is reported now, so no delivery callback holds this publisher; close() flushes
+        # (nothing is left), then destroys the librdkafka instance, its connections and its threads.
+        try:
+            producer.close()
+        except KafkaException as exc:  # a fatal error not yet served; the producer is destroyed all the same
+            self._note_fatal(exc)
 
     def __len__(self) -> int:
         return len(self._producer)

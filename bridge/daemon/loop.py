@@ -40,7 +40,7 @@ from bridge.errors import FencedError, PoisonEventError, TopicSafetyError, Trans
 from bridge.metrics import BridgeMetrics
 from bridge.offsets import OffsetStore
 from bridge.producer_settings import producer_settings
-from bridge.publisher import KafkaPublisher, Publisher
+from bridge.publisher import CLOSE_TIMEOUT_S, KafkaPublisher, Publisher
 from bridge.store.engine import make_engine, make_reader
 from bridge.store.failures import store_error
 from bridge.store.invariants import OutboxDamagedError, check_never_skip
@@ -260,7 +260,8 @@ class BridgeDaemon:
             return self._shutdown(tracker, publisher, reader, EXIT_OK)
         except FencedError:
             self._flush_published()
-            publisher.close()
+            # Another instance may lead now: drop what is queued and in flight at once, wait for nothing.
+            publisher.close(0)
             reader.close()
             raise
 
@@ -297,7 +298,10 @@ class BridgeDaemon:
         log.error("delivery failed; rebuilding the producer and rewinding to the watermark",
                   extra={"seq": failure.seq, "error": failure.reason, "watermark": tracker.watermark,
                          "suspect_seqs": self._refusals.suspects[:10], "refused_seqs": self._refusals.culprits})
-        publisher.close()
+        # Finished for good before anything is sent again, so nothing it sent lands after the re-sends; its
+        # last reports still count (acks move the watermark, refusals name suspects). Bounded well inside
+        # the lease, which is not renewed meanwhile.
+        publisher.close(min(CLOSE_TIMEOUT_S, self.config.lease_timeout_s / 2))
         return self._restart_from(tracker.watermark, tracker, reader)
 
     def _restart_from(self, watermark: int, tracker: AckTracker, reader: OutboxReader) -> Publisher:

@@ -59,7 +59,7 @@ class InMemoryPublisher:
         self.poll(0)
         return 0
 
-    def close(self) -> None:
+    def close(self, timeout: float = 0.0) -> None:
         self._queued.clear()
         self.closed = True
 

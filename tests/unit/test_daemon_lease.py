@@ -37,7 +37,7 @@ class RecordingPublisher:
     def flush(self, timeout: float) -> int:
         return 0
 
-    def close(self) -> None:
+    def close(self, timeout: float = 0.0) -> None:
         pass
 
 

@@ -61,7 +61,7 @@ class BatchRefusingPublisher:
         self.poll(0)
         return 0
 
-    def close(self) -> None:
+    def close(self, timeout: float = 0.0) -> None:
         self._batch.clear()
 
 

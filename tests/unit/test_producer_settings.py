@@ -31,6 +31,15 @@ def test_safe_settings_are_always_set() -> None:
     assert conf["partitioner"] == "murmur2_random"
 
 
+def test_the_producer_stops_at_the_first_batch_the_broker_refuses() -> None:
+    # enable.gapless.guarantee: without it librdkafka goes on sending a partition's later batches after
+    # one is refused for good, and they reach Kafka before the daemon re-sends the refused records.
+    assert producer_settings(config_with()).conf["enable.gapless.guarantee"] is True
+    with pytest.raises(ConfigurationError, match=r"enable\.gapless\.guarantee=False"):
+        check_extras({"enable.gapless.guarantee": False}, allow_unsafe=False)
+    assert check_extras({"enable.gapless.guarantee": "true"}, allow_unsafe=False) == ()
+
+
 def test_typed_tuning_settings_become_librdkafka_keys() -> None:
     config = config_with(
         linger_ms=20, batch_size=65536, compression=Compression.ZSTD, delivery_timeout_ms=60_000
@@ -116,7 +125,6 @@ def test_extras_that_weaken_delivery_are_refused_with_key_value_and_fix(key: str
         ("retries", 10),
         ("partitioner", "murmur2"),
         ("partitioner", "murmur2_random"),
-        ("enable.gapless.guarantee", False),
         ("enable.gapless.guarantee", True),
         ("queue.buffering.max.messages", 500_000),
     ],
