@@ -1,7 +1,7 @@
 """The ceiling: a bare confluent-kafka producer sending the bridge's records with the bridge's settings.
 
 Run as `python -m bench.ceiling --topic T --count N --keys K` with the same environment as the
-bridge: the producer configuration comes from `bridge.producer_settings` over `bridge.config`, exactly
+bridge: the producer configuration comes from `bridge.kafka.producer_settings` over `bridge.config`, exactly
 as `outbox-bridge run` builds it. Records (key, 512-byte value, the five headers) are built before the
 clock starts; the timed part is the canonical produce loop (poll on BufferError, poll(0) every 1,000
 records, flush at the end). Prints one JSON object.
@@ -25,7 +25,7 @@ def measure(topic: str, count: int, keys: int, prefix: str) -> dict[str, Any]:
 
     from bench.workload import Workload, now_iso
     from bridge.config import load_config
-    from bridge.producer_settings import producer_settings
+    from bridge.kafka.producer_settings import producer_settings
 
     settings = producer_settings(load_config())
     workload = Workload(prefix=prefix, keys=keys)

@@ -185,7 +185,7 @@ def _b1(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
         "topic created beforehand with 6 partitions; its rate is records acknowledged per second between the first "
         "and the last record, read from the topic's high watermarks every 0.1 s. The ceiling is a bare "
         "confluent-kafka producer (`bench/ceiling.py`) with the bridge's own producer settings "
-        "(`bridge.producer_settings`) sending the same records (key, payload, the five headers), built in memory "
+        "(`bridge.kafka.producer_settings`) sending the same records (key, payload, the five headers), built in memory "
         "before the clock starts, measured just before and just after the bridge; the table shows both.",
         "",
         "| variant | events | bridge events/s | bridge MB/s | wall incl. start-up | ceiling before / after | "

@@ -187,8 +187,8 @@ def _request_rewind(engine: Engine, config: BridgeConfig, request: ReplayRequest
 
 def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: bool = True) -> dict[str, Any]:
     """Publish a seq range to its topics (or one named topic) without touching the live watermark."""
-    from bridge.producer_settings import producer_settings
-    from bridge.publisher import KafkaPublisher
+    from bridge.kafka.producer_settings import producer_settings
+    from bridge.kafka.publisher import KafkaPublisher
     from bridge.records import build_record
 
     plan = plan_replay(config, request)

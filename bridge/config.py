@@ -35,7 +35,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from bridge.errors import ConfigurationError
-from bridge.producer_settings import MASK, check_extras, is_secret_producer_key
+from bridge.kafka.producer_settings import MASK, check_extras, is_secret_producer_key
 
 log = logging.getLogger(__name__)
 

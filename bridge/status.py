@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.table import Table
 
 from bridge.config import BridgeConfig
+from bridge.kafka.topics import TopicGuard, TopicPolicy, TopicReport
 from bridge.offsets import OffsetStore
 from bridge.store.engine import make_engine, make_reader
-from bridge.topics import TopicGuard, TopicPolicy, TopicReport
 
 EXIT_UNSAFE = 4
 

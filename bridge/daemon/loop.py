@@ -37,15 +37,15 @@ from bridge.daemon.poison import PoisonGate
 from bridge.daemon.retention import Retention
 from bridge.daemon.status import report
 from bridge.errors import FencedError, PoisonEventError, TopicSafetyError, TransientStoreError
+from bridge.kafka.producer_settings import producer_settings
+from bridge.kafka.publisher import CLOSE_TIMEOUT_S, KafkaPublisher, Publisher
+from bridge.kafka.topics import TopicChecker, TopicGuard, TopicPolicy
 from bridge.metrics import BridgeMetrics
 from bridge.offsets import OffsetStore
-from bridge.producer_settings import producer_settings
-from bridge.publisher import CLOSE_TIMEOUT_S, KafkaPublisher, Publisher
 from bridge.store.engine import make_engine, make_reader
 from bridge.store.failures import store_error
 from bridge.store.invariants import OutboxDamagedError, check_never_skip
 from bridge.store.reader import OutboxReader
-from bridge.topics import TopicChecker, TopicGuard, TopicPolicy
 
 log = logging.getLogger("bridge.daemon")
 

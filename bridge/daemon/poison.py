@@ -13,10 +13,10 @@ import logging
 from bridge.config import BridgeConfig, PoisonPolicy
 from bridge.core.refusals import Refusals
 from bridge.errors import PoisonEventError
+from bridge.kafka.topics import TopicChecker
 from bridge.metrics import BridgeMetrics
 from bridge.records import DEFAULT_MAX_MESSAGE_BYTES, KafkaRecord, TopicRouter, build_record, dead_letter_record
 from bridge.store.rows import OutboxRow
-from bridge.topics import TopicChecker
 
 log = logging.getLogger("bridge.daemon")
 

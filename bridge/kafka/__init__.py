@@ -1,2 +1,9 @@
-"""The Kafka side of the bridge. `testing` holds in-memory stand-ins for fast tests: a publisher that
-acknowledges what it is given, and a topic guard that accepts every topic."""
+"""The Kafka side of the bridge.
+
+- `publisher`: the `Publisher` interface and `KafkaPublisher` (confluent-kafka), reporting each delivery
+  by seq and finishing a discarded producer for good;
+- `producer_settings`: the replication-safe librdkafka settings, and the checks of extra settings;
+- `topics`: the topic guard that checks or creates a topic before its first use (`TopicChecker`);
+- `partitioning`: the Java client's default partitioner, so keys land where JVM producers put them;
+- `testing`: in-memory stand-ins (a publisher, an accepting topic guard) for fast tests.
+"""

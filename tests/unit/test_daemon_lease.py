@@ -13,11 +13,11 @@ from sqlalchemy import create_engine, text
 
 from bridge.config import load_config
 from bridge.daemon import BridgeDaemon
+from bridge.kafka.topics import TopicReport
 from bridge.migrate import upgrade
 from bridge.offsets import OffsetStore
 from bridge.records import KafkaRecord
 from bridge.store.engine import make_engine
-from bridge.topics import TopicReport
 
 LEASE_TIMEOUT_S = 1.0
 

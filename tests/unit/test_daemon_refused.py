@@ -17,10 +17,10 @@ from sqlalchemy import create_engine, text
 
 from bridge.config import BridgeConfig, load_config
 from bridge.daemon import EXIT_OK, EXIT_POISON, BridgeDaemon
+from bridge.kafka.publisher import DeliveryFailure
 from bridge.kafka.testing import AcceptingTopicGuard
 from bridge.migrate import upgrade
 from bridge.offsets import OffsetStore
-from bridge.publisher import DeliveryFailure
 from bridge.records import KafkaRecord
 from bridge.store.engine import make_engine
 

@@ -18,9 +18,9 @@ from confluent_kafka import KafkaError, Producer
 from bridge.config import BridgeConfig, load_config
 from bridge.core.watermark import AckTracker
 from bridge.daemon import BridgeDaemon
+from bridge.kafka.producer_settings import producer_settings
+from bridge.kafka.publisher import DeliveryFailure, KafkaPublisher
 from bridge.kafka.testing import AcceptingTopicGuard
-from bridge.producer_settings import producer_settings
-from bridge.publisher import DeliveryFailure, KafkaPublisher
 from bridge.records import KafkaRecord
 
 RTT_MS = 200  # the mock broker answers each request this late

@@ -1,6 +1,6 @@
 """Through the bridge, each key lands on the partition the Java client's default partitioner picks:
 `toPositive(murmur2(key)) % partitions`. Known keys are checked against hashes published by Apache
-Kafka and librdkafka (independent of our murmur2), and many more keys against `bridge.partitioning`."""
+Kafka and librdkafka (independent of our murmur2), and many more keys against `bridge.kafka.partitioning`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import uuid
 import pytest
 from sqlalchemy import create_engine, text
 
+from bridge.kafka.partitioning import partition_for_key
 from bridge.migrate import upgrade
-from bridge.partitioning import partition_for_key
 from tests.support import bridge_config, read_topic, start_bridge, wait_until
 
 # Java's Utils.murmur2 for these keys, from Kafka's UtilsTest and librdkafka's rdmurmur2.c unit test.

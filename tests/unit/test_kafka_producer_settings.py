@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from bridge.config import BridgeConfig, Compression
 from bridge.errors import ConfigurationError
-from bridge.producer_settings import MAX_INT32, check_extras, is_secret_producer_key, producer_settings
+from bridge.kafka.producer_settings import MAX_INT32, check_extras, is_secret_producer_key, producer_settings
 
 pytestmark = pytest.mark.unit
 
@@ -135,7 +135,7 @@ def test_safe_or_unrelated_extras_are_accepted(key: str, value: object) -> None:
 
 def test_unsafe_extras_are_warned_about_when_allowed(caplog: pytest.LogCaptureFixture) -> None:
     config = config_with(producer_extra={"acks": 1, "enable.idempotence": False}, allow_unsafe_producer=True)
-    with caplog.at_level(logging.WARNING, logger="bridge.producer_settings"):
+    with caplog.at_level(logging.WARNING, logger="bridge.kafka.producer_settings"):
         settings = producer_settings(config)
     assert settings.conf["acks"] == 1
     assert settings.conf["enable.idempotence"] is False

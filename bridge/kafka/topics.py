@@ -20,7 +20,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from bridge.errors import TopicSafetyError
 
-log = logging.getLogger("bridge.topics")
+log = logging.getLogger("bridge.kafka.topics")
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,14 +13,12 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from enum import Enum
+from typing import Any, Final, Protocol
 
 from pydantic import SecretStr
 
 from bridge.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from bridge.config import BridgeConfig
 
 log = logging.getLogger(__name__)
 
@@ -156,12 +154,38 @@ class ProducerSettings:
         return {key: MASK if is_secret_producer_key(key) else value for key, value in self.conf.items()}
 
 
-def default_client_id(config: BridgeConfig) -> str:
+class ProducerConfig(Protocol):
+    """The settings the producer is made from. The bridge's configuration has them; it also imports this
+    module for its checks of extras, so this module names only what it reads."""
+
+    @property
+    def bridge_name(self) -> str: ...
+    @property
+    def bootstrap_servers(self) -> str: ...
+    @property
+    def linger_ms(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def compression(self) -> Enum: ...
+    @property
+    def delivery_timeout_ms(self) -> int: ...
+    @property
+    def max_in_flight(self) -> int: ...
+    @property
+    def max_in_flight_bytes(self) -> int: ...
+    @property
+    def producer_extra(self) -> Mapping[str, Any]: ...
+    @property
+    def allow_unsafe_producer(self) -> bool: ...
+
+
+def default_client_id(config: ProducerConfig) -> str:
     """The producer's client.id unless an extra sets one: names the bridge in broker logs and quotas."""
     return f"outbox-bridge-{config.bridge_name}"
 
 
-def safe_base(config: BridgeConfig, client_id: str | None = None) -> dict[str, Any]:
+def safe_base(config: ProducerConfig, client_id: str | None = None) -> dict[str, Any]:
     """The settings the bridge always sets, from the typed configuration, before extras."""
     return {
         "bootstrap.servers": config.bootstrap_servers,
@@ -193,7 +217,7 @@ def safe_base(config: BridgeConfig, client_id: str | None = None) -> dict[str, A
     }
 
 
-def producer_settings(config: BridgeConfig, *, client_id: str | None = None) -> ProducerSettings:
+def producer_settings(config: ProducerConfig, *, client_id: str | None = None) -> ProducerSettings:
     """Build the producer settings from config, or raise ConfigurationError for unsafe extras.
 
     Allowed unsafe extras are logged as warnings here and returned in `warnings`.

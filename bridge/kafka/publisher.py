@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from bridge.records import KafkaRecord
 
-log = logging.getLogger("bridge.publisher")
+log = logging.getLogger("bridge.kafka.publisher")
 
 #: Called with (seq, generation, error or None) for every delivery report.
 DeliveryCallback = Callable[[int, int, KafkaError | None], None]

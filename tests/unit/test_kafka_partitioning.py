@@ -7,7 +7,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.partitioning import murmur2, partition_for_key, to_positive
+from bridge.kafka.partitioning import murmur2, partition_for_key, to_positive
 
 pytestmark = pytest.mark.unit
 
