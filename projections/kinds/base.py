@@ -65,6 +65,9 @@ class Kind(ABC):
         """Every Delta table this kind writes, by path; the runner creates them before the stream starts."""
         return {lake.table(projection.name): self.table_schema(projection, payload)}
 
+    def check_tables(self, session: SparkSession, projection: Projection, lake: Lake) -> None:  # noqa: B027
+        """Raise RefusedError when existing tables cannot be continued safely; called before any is created."""
+
     @abstractmethod
     def apply(self, batch: Batch) -> None:
         """Apply the batch's events to the tables, each write inside `batch.txn.applied_once(...)`."""
