@@ -51,6 +51,8 @@ class Kind(ABC):
     """A projection kind. Implementations are frozen dataclasses holding the kind's own options."""
 
     name: ClassVar[str]
+    # What a table built from a starting point later than `earliest` lacks, for the replay's refusal.
+    lost_by_a_later_start: ClassVar[str]
 
     def validate(self, projection: Projection) -> None:  # noqa: B027 - most kinds have nothing to check
         """Raise DeclarationError when the declaration does not suit this kind."""

@@ -63,6 +63,7 @@ class Fold(Kind):
     """Folds events into a state per key with `function`; `state` declares the state's columns."""
 
     name = "fold"
+    lost_by_a_later_start = "every event before it, each key then being folded from part of its events only"
     function: FoldFunction
     state: PayloadSchema
     tombstone_retention: timedelta = timedelta(days=7)
