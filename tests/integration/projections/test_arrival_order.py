@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ from projections.errors import RefusedError
 from projections.examples import ORDER_EVENTS, PROJECTIONS
 from projections.kinds import Event, Fold, LatestState, State
 from projections.lake import delete_path
-from tests.integration.projections.conftest import Harness
+from projections.txn import Txn
+from tests.integration.projections.conftest import Harness, on_topic
 from tests.integration.projections.events import BASE_TIME, OutboxEvent, order_lifecycle, produce
 
 pytestmark = pytest.mark.integration
@@ -70,6 +72,47 @@ def test_a_fold_keyed_by_a_payload_field_spanning_partitions_folds_every_event(h
 
     rows = harness.spark.read.format("delta").load(lake.table(order_trail.name)).collect()
     assert [(r["order_id"], r["trail"], r["seq"]) for r in rows] == [("Y", ",".join(map(str, range(1, 13))), 12)]
+
+
+class Crash(RuntimeError):
+    """Stands for the driver dying between two Delta commits of one batch."""
+
+
+def test_a_refold_interrupted_between_the_event_store_and_the_table_ends_as_if_uninterrupted(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyspark.errors import StreamingQueryException
+
+    lake = harness.lake("lake")
+    topic = harness.topic([placed(1, "X"), paid(3, "X")])
+    harness.run([order_trail], topic, lake)
+    produce(harness.bootstrap, topic, [paid(2, "X")])
+
+    # The late batch's first write keeps X@2 in the event store; the driver dies before the table's write.
+    original = Txn.applied_once
+    writes: list[int] = []
+
+    @contextmanager
+    def crash_before_the_table(self: Txn, session: Any) -> Iterator[None]:
+        writes.append(self.version)
+        if len(writes) == 2:
+            raise Crash("dies after the event store commit, before the table's")
+        with original(self, session):
+            yield
+
+    monkeypatch.setattr(Txn, "applied_once", crash_before_the_table)
+    query = runner.start(harness.spark, on_topic(order_trail, topic), harness.settings(lake))
+    with pytest.raises(StreamingQueryException, match="before the table's"):
+        query.awaitTermination()
+    monkeypatch.undo()
+    store = harness.spark.read.format("delta").load(lake.staging(order_trail.name))
+    assert sorted(r["seq"] for r in store.collect()) == [1, 2, 3]
+    table = harness.spark.read.format("delta").load(lake.table(order_trail.name))
+    assert [r["trail"] for r in table.collect()] == ["1,3"]
+
+    harness.run([order_trail], topic, lake)  # Spark runs the batch again: the store write is skipped
+    table = harness.spark.read.format("delta").load(lake.table(order_trail.name))
+    assert [(r["trail"], r["seq"]) for r in table.collect()] == [("1,2,3", 3)]
 
 
 def test_a_fold_table_without_its_event_store_is_refused_rather_than_refolded_from_nothing(
