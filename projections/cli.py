@@ -213,6 +213,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from projections import replay, runner
     from projections.lake import Lake
     from projections.lock import ProjectionLock
+    from projections.partial_rebuild import refuse_partial_rebuild
 
     settings = _settings(args)
     projection = _catalog(settings).get(args.name)
@@ -224,7 +225,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    starting = replay.resolve(args.from_offset, projection, settings)  # a malformed value fails before Kafka
+    start_kind, _ = replay.parse_from_offset(args.from_offset)  # a malformed value fails before Kafka
+    refuse_partial_rebuild(
+        projection,
+        start_kind,
+        args.from_offset,
+        in_place=args.in_place,
+        rebuild=bool(args.rebuild),
+        allowed=args.drop_earlier_state,
+    )
+    starting = replay.resolve(args.from_offset, projection, settings)
     lake = Lake(settings.lake)
     plan = {
         "projection": projection.name,
@@ -233,6 +243,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "starting_offsets": starting.offsets,
         "live_table": lake.table(projection.name),
         "rebuild": bool(args.rebuild),
+        "drop_earlier_state": bool(args.drop_earlier_state),
     }
     if args.dry_run or not args.yes:
         print(json.dumps(plan, indent=2))
@@ -393,8 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(new checkpoint, new txnAppId): readers keep the live table while it is built; once it has caught up "
         "the replay waits for the running instance to stop, drains what arrived meanwhile and switches over "
         "in one Delta commit, then runs on as the live instance (or stops, with --available-now). With "
-        "--in-place it resets the live checkpoint instead and relies on idempotency. Exit codes: 0 done, "
-        "2 bad usage, 3 unknown projection, 5 refused (nothing changed).",
+        "--in-place it resets the live checkpoint instead and relies on idempotency. A table built from a point "
+        "other than earliest lacks what earlier events made, so that is refused unless --drop-earlier-state. "
+        "Exit codes: 0 done, 2 bad usage, 3 unknown projection, 5 refused (nothing changed).",
     )
     _common(p)
     _run_flags(p)
@@ -408,6 +420,14 @@ def build_parser() -> argparse.ArgumentParser:
         "at or after it, by Kafka timestamp), or seq:<N> (first record whose seq is at least N)",
     )
     p.add_argument("--in-place", action="store_true", help="replay into the live table (stop it first)")
+    p.add_argument(
+        "--drop-earlier-state",
+        dest="drop_earlier_state",
+        action="store_true",
+        help="with a --from-offset other than earliest, into a new table (or --in-place --rebuild): accept that "
+        "the table then holds only what the events from that point give, dropping keys, versions, log rows "
+        "and counts that earlier events made (refused without this flag)",
+    )
     p.add_argument("--rebuild", action="store_true", help="with --in-place: delete the table and staging first")
     p.add_argument(
         "--switch-timeout",

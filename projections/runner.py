@@ -37,6 +37,7 @@ def prepare(spark: SparkSession, projection: Projection, lake: Lake) -> Resolved
     The quarantine table is created with the first bad event, so its existence alone says there were some.
     """
     payload = projection.resolve()
+    projection.kind.check_tables(spark, projection, lake)
     for path, schema in projection.kind.tables(projection, payload, lake).items():
         ensure_table(spark, path, schema, f"projection {projection.name} ({projection.kind.name})")
     return payload

@@ -51,6 +51,8 @@ class Kind(ABC):
     """A projection kind. Implementations are frozen dataclasses holding the kind's own options."""
 
     name: ClassVar[str]
+    # What a table built from a starting point later than `earliest` lacks, for the replay's refusal.
+    lost_by_a_later_start: ClassVar[str]
 
     def validate(self, projection: Projection) -> None:  # noqa: B027 - most kinds have nothing to check
         """Raise DeclarationError when the declaration does not suit this kind."""
@@ -64,6 +66,9 @@ class Kind(ABC):
     ) -> Mapping[str, StructType]:
         """Every Delta table this kind writes, by path; the runner creates them before the stream starts."""
         return {lake.table(projection.name): self.table_schema(projection, payload)}
+
+    def check_tables(self, session: SparkSession, projection: Projection, lake: Lake) -> None:  # noqa: B027
+        """Raise RefusedError when existing tables cannot be continued safely; called before any is created."""
 
     @abstractmethod
     def apply(self, batch: Batch) -> None:

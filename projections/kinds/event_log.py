@@ -28,6 +28,7 @@ class EventLog(Kind):
     """Append-only log of distinct events: MERGE on event_id, insert when not matched."""
 
     name = "event_log"
+    lost_by_a_later_start = "every event before it"
 
     def table_schema(self, projection: Projection, payload: ResolvedPayload) -> StructType:
         fields = [f for f in payload.columns.fields if f.name != DEFAULT_KEY]

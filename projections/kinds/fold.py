@@ -1,9 +1,13 @@
 """`fold`: a user function folds each key's events, in seq order, into a state stored one row per key.
 
-Each event is applied exactly once: events at or below the key's stored `seq` (the last one applied) are
-skipped, duplicates inside a batch are dropped, and the rest are applied in seq order. The function gets
+The result is the fold of the key's distinct events in seq order, however they are batched and in
+whatever order they arrive. Each batch first keeps its events in an event store (`<lake>/_staging/<name>`,
+one row per key and seq). Events newer than the key's stored `seq` (the last one folded) are folded onto
+the stored state; when an event older than that arrives (a key spanning partitions or topics, a re-send
+after a producer rebuild), the key is folded again from None over all its kept events. The function gets
 the current state (None before the first event or after a deletion) and an `Event`, and returns the new
 state as a dict of the declared state fields, or None to delete the row (a tombstone keeps its seq).
+The function must therefore be deterministic: a re-fold calls it again on events it has seen.
 """
 
 from __future__ import annotations
@@ -11,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
 
@@ -25,10 +29,16 @@ from projections.declaration import (
     ResolvedPayload,
     as_struct,
 )
-from projections.errors import DeclarationError, FoldError
-from projections.kinds.base import Batch, Kind, key_field
+from projections.errors import DeclarationError, FoldError, RefusedError
+from projections.kinds.base import Batch, Kind, key_field, value_fields
+
+if TYPE_CHECKING:
+    from projections.lake import Lake
 
 State = dict[str, Any]
+
+# Marks a key folded again from its kept events: its row is replaced even if its seq did not grow.
+_REFOLD = "_refold"
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,7 @@ class Fold(Kind):
     """Folds events into a state per key with `function`; `state` declares the state's columns."""
 
     name = "fold"
+    lost_by_a_later_start = "every event before it, each key then being folded from part of its events only"
     function: FoldFunction
     state: PayloadSchema
     tombstone_retention: timedelta = timedelta(days=7)
@@ -87,14 +98,66 @@ class Fold(Kind):
             ]
         )
 
+    def event_store_schema(self, projection: Projection, payload: ResolvedPayload) -> StructType:
+        """The kept events: what a re-fold needs of each, one row per key and seq."""
+        extra = [StructField("aggregate_id", StringType(), True)] if projection.key != DEFAULT_KEY else []
+        return StructType(
+            [
+                key_field(projection, payload),
+                *extra,
+                StructField("event_id", StringType(), False),
+                StructField("event_type", StringType(), False),
+                StructField("aggregate_type", StringType(), True),
+                StructField("seq", LongType(), False),
+                StructField("occurred_at", TimestampType(), False),
+                *value_fields(projection, payload),
+            ]
+        )
+
+    def tables(
+        self, projection: Projection, payload: ResolvedPayload, lake: Lake
+    ) -> Mapping[str, StructType]:
+        return {
+            lake.table(projection.name): self.table_schema(projection, payload),
+            lake.staging(projection.name): self.event_store_schema(projection, payload),
+        }
+
+    def check_tables(self, session: SparkSession, projection: Projection, lake: Lake) -> None:
+        from delta.tables import DeltaTable
+
+        table, store = lake.table(projection.name), lake.staging(projection.name)
+        if not DeltaTable.isDeltaTable(session, table) or DeltaTable.isDeltaTable(session, store):
+            return
+        if session.read.format("delta").load(table).limit(1).count():
+            # A re-fold from an event store that lacks the events folded so far would lose them silently.
+            raise RefusedError(
+                f"projection {projection.name} (fold) has a table at {table} but no event store at {store} "
+                "(the table was built before folds kept their events); rebuild it with "
+                f"`outbox-projections replay {projection.name} --from-offset earliest --yes`"
+            )
+
     def apply(self, batch: Batch) -> None:
         from delta.tables import DeltaTable
 
-        projection, key = batch.projection, batch.projection.key
+        projection, key, session = batch.projection, batch.projection.key, batch.session
         schema = self.table_schema(projection, batch.payload)
         state_names = self.state_schema(projection).fieldNames()
+        store_path = batch.lake.staging(projection.name)
+        events = batch.events.dropDuplicates([key, "seq"]).select(
+            *self.event_store_schema(projection, batch.payload).fieldNames()
+        )
+        low, high = batch.seq_range
+        keep = (
+            DeltaTable.forPath(session, store_path)
+            .alias("t")
+            .merge(events.alias("s"), f"t.seq BETWEEN {low} AND {high} AND t.seq = s.seq AND t.`{key}` = s.`{key}`")
+            .whenNotMatchedInsertAll()
+        )
+        with batch.txn.applied_once(session):
+            keep.execute()
+
         stored = (
-            batch.session.read.format("delta")
+            session.read.format("delta")
             .load(batch.table)
             .select(
                 F.col(key),
@@ -103,11 +166,19 @@ class Fold(Kind):
                 F.struct(*[F.col(n) for n in state_names]).alias("_state"),
             )
         )
+        arrived = events.join(stored, key, "left")
+        # Decided from the table alone, so a batch run again after a failure decides the same.
+        late = arrived.where(F.col("seq") < F.col("_applied_seq")).select(key).distinct().collect()
         pending = (
-            batch.events.dropDuplicates([key, "seq"])
-            .join(stored, key, "left")
-            .where(F.col("seq") > F.coalesce(F.col("_applied_seq"), F.lit(-1)))
+            arrived.where(F.col("seq") > F.coalesce(F.col("_applied_seq"), F.lit(-1)))
+            .withColumn(_REFOLD, F.lit(False))
         )
+        if late:
+            late_keys = session.createDataFrame(late, StructType([schema[key]]))
+            refold = (
+                session.read.format("delta").load(store_path).join(late_keys, key, "left_semi")
+            ).withColumn(_REFOLD, F.lit(True))
+            pending = pending.join(late_keys, key, "left_anti").unionByName(refold, allowMissingColumns=True)
         folder = _KeyFolder(
             function=self.function,
             key=key,
@@ -116,15 +187,18 @@ class Fold(Kind):
             columns=tuple(schema.fieldNames()),
         )
         rows = pending.rdd.map(lambda row: (row[key], row)).groupByKey().map(folder)
-        folded: DataFrame = batch.session.createDataFrame(rows, schema)
+        with_refold = StructType([*schema.fields, StructField(_REFOLD, BooleanType(), False)])
+        folded: DataFrame = session.createDataFrame(rows, with_refold)
+        columns: dict[str, str | Column] = {name: F.col(f"s.`{name}`") for name in schema.fieldNames()}
         merge = (
-            DeltaTable.forPath(batch.session, batch.table)
+            DeltaTable.forPath(session, batch.table)
             .alias("t")
             .merge(folded.alias("s"), f"t.`{key}` = s.`{key}`")
-            .whenMatchedUpdateAll(condition="s.seq > t.seq")
-            .whenNotMatchedInsertAll()
+            # A re-fold may end on the stored seq and still change the state.
+            .whenMatchedUpdate(condition=f"s.seq > t.seq OR s.{_REFOLD}", set=columns)
+            .whenNotMatchedInsert(values=columns)
         )
-        with batch.txn.applied_once(batch.session):
+        with batch.txn.applied_once(session):
             merge.execute()
 
     def live_rows(self, table: DataFrame) -> DataFrame:
@@ -137,7 +211,9 @@ class Fold(Kind):
 
 @dataclass(frozen=True)
 class _KeyFolder:
-    """Runs on executors: folds one key's pending events onto its stored state and returns the new row."""
+    """Runs on executors: folds one key's pending events onto its stored state (or, re-folding, onto None).
+
+    Returns the new row, then whether it is a re-fold."""
 
     function: FoldFunction
     key: str
@@ -186,4 +262,4 @@ class _KeyFolder:
                 "is_deleted": state is None,
             }
         )
-        return tuple(values[name] for name in self.columns)
+        return (*(values[name] for name in self.columns), bool(first[_REFOLD]))

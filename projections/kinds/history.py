@@ -26,6 +26,7 @@ class History(Kind):
     """Versions per key with valid_from/valid_to seq and time; `is_current` marks the latest version."""
 
     name = "history"
+    lost_by_a_later_start = "every version before it, and every key not changed since then"
     deletes: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:

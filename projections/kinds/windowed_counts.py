@@ -30,6 +30,7 @@ class WindowedCounts(Kind):
     """Counts per tumbling `window` (a Spark interval such as "1 minute") and per dimension."""
 
     name = "windowed_counts"
+    lost_by_a_later_start = "every window before it, and part of the count of the window it falls in"
     window: str = "1 minute"
     dimensions: tuple[str, ...] = DIMENSIONS
 

@@ -135,3 +135,54 @@ def test_lock_waits_then_gives_up(tmp_path: Path) -> None:
     holder.release()
     assert waiter.acquire(0)
     waiter.release()
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("orders_current", "latest_state"),
+        ("orders_history", "history"),
+        ("order_events", "event_log"),
+        ("order_events_per_minute", "windowed_counts"),
+        ("order_status", "fold"),
+    ],
+)
+@pytest.mark.parametrize("spec", ["seq:1200", "latest", "2026-11-22T10:00:00Z", '{"outbox.event.order":{"0":42}}'])
+def test_replay_into_a_new_table_from_a_later_start_is_refused_naming_kind_start_and_fix(
+    name: str, kind: str, spec: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replay", name, "--from-offset", spec, "--lake", str(tmp_path), "--yes"]) == EXIT_REFUSED
+    err = capsys.readouterr().err
+    assert f"projection {name} ({kind})" in err and f"starting at {spec}" in err
+    assert "--in-place" in err and "--from-offset earliest" in err and "--drop-earlier-state" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_replay_in_place_with_rebuild_from_a_later_start_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["replay", "order_status", "--from-offset", "latest", "--in-place", "--rebuild", "--yes"]
+    assert main(args) == EXIT_REFUSED
+    err = capsys.readouterr().err
+    assert "--in-place --rebuild starting at latest" in err and "drop --rebuild" in err
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--drop-earlier-state"], ["--in-place"]],
+    ids=["new-table-with-drop-earlier-state", "in-place-without-rebuild"],
+)
+def test_replay_from_a_later_start_passes_the_guard_when_meant_or_onto_the_live_table(
+    flags: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Without --yes the command stops after printing its plan: reaching the plan shows the guard let it by.
+    assert main(["replay", "order_status", "--from-offset", "latest", "--lake", str(tmp_path), *flags]) == EXIT_REFUSED
+    captured = capsys.readouterr()
+    plan = json.loads(captured.out)
+    assert plan["starting_offsets"] == "latest"
+    assert plan["drop_earlier_state"] == ("--drop-earlier-state" in flags)
+    assert "refused" not in captured.err and "--yes" in captured.err
+
+
+def test_replay_help_documents_drop_earlier_state(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    assert "--drop-earlier-state" in capsys.readouterr().out

@@ -46,6 +46,7 @@ def row(
     stored: dict[str, Any] | None = None,
     applied: int | None = None,
     deleted: bool = False,
+    refold: bool = False,
     **payload: Any,
 ) -> Row:
     values = {"customer": None, "amount": None, "currency": None, "carrier": None, "reason": None, **payload}
@@ -61,7 +62,13 @@ def row(
         _state=Row(**stored) if stored else None,
         _applied_seq=applied,
         _deleted=deleted,
+        _refold=refold,
     )
+
+
+def folded(rows: list[Row], function: Any = order_status) -> dict[str, Any]:
+    """The row the folder makes of one key's rows, by column, with `_refold` last."""
+    return dict(zip((*COLUMNS, "_refold"), folder(function)(("o1", rows)), strict=True))
 
 
 def folder(function: Any = order_status) -> _KeyFolder:
@@ -76,7 +83,7 @@ def test_events_are_applied_in_seq_order_whatever_the_arrival_order() -> None:
         row(1, "OrderPlaced", customer="c", amount=Decimal(5), currency="EUR"),
         row(2, "OrderPaid", amount=Decimal(5)),
     ]
-    out = dict(zip(COLUMNS, folder()(("o1", rows)), strict=True))
+    out = folded(rows)
     assert (out["status"], out["events"], out["seq"], out["event_id"]) == ("shipped", 3, 3, "e3")
     assert (out["customer"], out["paid"], out["carrier"], out["is_deleted"]) == (
         "c",
@@ -96,12 +103,26 @@ def test_folding_continues_from_the_stored_state() -> None:
         "carrier": None,
         "events": 2,
     }
-    out = dict(
-        zip(
-            COLUMNS, folder()(("o1", [row(9, "OrderShipped", stored, applied=8, carrier="dhl")])), strict=True
-        )
-    )
+    out = folded([row(9, "OrderShipped", stored, applied=8, carrier="dhl")])
     assert (out["status"], out["events"], out["customer"], out["carrier"]) == ("shipped", 3, "c", "dhl")
+    assert out["_refold"] is False
+
+
+def test_a_refold_starts_from_none_over_all_the_kept_events_and_says_so() -> None:
+    # Rows of a re-fold come from the event store: no stored state, every kept event of the key.
+    rows = [
+        row(3, "OrderShipped", refold=True, carrier="ups"),
+        row(1, "OrderPlaced", refold=True, customer="c", amount=Decimal(5), currency="EUR"),
+        row(2, "OrderPaid", refold=True, amount=Decimal(5)),
+    ]
+    out = folded(rows)
+    assert (out["status"], out["events"], out["seq"], out["paid"], out["_refold"]) == (
+        "shipped",
+        3,
+        3,
+        Decimal(5),
+        True,
+    )
 
 
 def test_none_deletes_and_a_deleted_key_starts_again_from_none() -> None:
@@ -111,7 +132,7 @@ def test_none_deletes_and_a_deleted_key_starts_again_from_none() -> None:
         seen.append(state)
         return None if event.event_type == "OrderCancelled" else {"status": event.event_type, "events": 1}
 
-    out = dict(zip(COLUMNS, folder(delete_on_cancel)(("o1", [row(4, "OrderCancelled")])), strict=True))
+    out = folded([row(4, "OrderCancelled")], delete_on_cancel)
     assert out["is_deleted"] is True and out["status"] is None
     stale = {"status": "x", "events": 9}
     folder(delete_on_cancel)(("o1", [row(6, "OrderPlaced", stale, applied=5, deleted=True)]))

@@ -130,10 +130,15 @@ def test_highest_seq_wins_and_deletes_stay_deleted(harness: Harness) -> None:
     assert timeline["C"] == [(20, 21, False), (21, 22, False), (22, None, True)]
     assert timeline["D"] == [(30, 31, False), (31, 32, True), (32, None, False)]
 
-    # Fold: applied in seq order within a batch; an event at or below the last applied seq is skipped.
+    # Fold: every event folded in seq order; one older than the last folded makes the key fold again.
     status = by_order(harness, order_status_fold, lake)
-    assert (status["A"]["status"], status["A"]["events"], status["A"]["seq"]) == ("shipped", 4, 5)
-    assert (status["C"]["status"], status["C"]["events"], status["C"]["paid"]) == ("cancelled", 2, None)
+    assert (status["A"]["status"], status["A"]["events"], status["A"]["seq"]) == ("shipped", 5, 5)
+    assert (status["A"]["paid"], status["A"]["carrier"]) == (Decimal("13.00"), "ups")
+    assert (status["C"]["status"], status["C"]["events"], status["C"]["paid"]) == (
+        "cancelled",
+        3,
+        Decimal("77.00"),
+    )
     assert (status["D"]["status"], status["D"]["events"], status["D"]["amount"]) == (
         "placed",
         3,
