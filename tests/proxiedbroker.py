@@ -92,7 +92,7 @@ def proxied_broker(timeout_s: float = START_TIMEOUT_S) -> Iterator[ProxiedBroker
 
         @property
         def home(self) -> Path:
-            return root / self.name
+            return root / str(self.name)
 
         def log_file(self, node: int) -> Path:
             return root / "broker.log"
