@@ -160,11 +160,15 @@ class KafkaCluster:
     One broker runs as a combined broker+controller. With more brokers a dedicated controller (node 0) runs
     beside brokers 1..N, so that killing brokers in fault tests never costs the controller quorum: the
     controller keeps electing leaders and shrinking ISRs, as it would in a production cluster.
+
+    With `advertised_port`, broker N tells clients to connect to `advertised_port + N - 1` instead of the
+    port it listens on: a test puts a proxy there so that every client connection goes through it.
     """
 
     name: str
     brokers: int
     port: int
+    advertised_port: int | None = None
 
     @property
     def home(self) -> Path:
@@ -228,13 +232,16 @@ class KafkaCluster:
                 ]
             )
         listeners = f"PLAINTEXT://{HOST}:{self.client_port(node)}"
+        advertised = listeners
+        if self.advertised_port is not None:
+            advertised = f"PLAINTEXT://{HOST}:{self.advertised_port + node - 1}"
         return "\n".join(
             [
                 "process.roles=broker,controller" if n == 1 else "process.roles=broker",
                 f"node.id={node}",
                 f"controller.quorum.voters={controller_id}@{HOST}:{self.controller_port}",
                 f"listeners={listeners},{controller}" if n == 1 else f"listeners={listeners}",
-                f"advertised.listeners={listeners}",
+                f"advertised.listeners={advertised}",
                 "controller.listener.names=CONTROLLER",
                 "inter.broker.listener.name=PLAINTEXT",
                 "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",

@@ -286,3 +286,17 @@ def spark(spark_jars_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     )
     yield session
     session.stop()
+
+
+# ------------------------------------------------------------------------------------ kafka behind a proxy
+
+
+@pytest.fixture(scope="session")
+def proxied_kafka() -> Iterator[object]:
+    """A private one-broker Kafka that every client reaches through a fault proxy (`tests.proxiedbroker`);
+    started once, stopped and its data removed at the end of the session. Tests set its cuts with
+    `proxied_kafka.proxy.reset(...)`."""
+    from tests.proxiedbroker import proxied_broker
+
+    with proxied_broker() as broker:
+        yield broker

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -11,13 +12,15 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Connection
 
 from bridge.config import BridgeConfig, load_config
 from bridge.daemon import BridgeDaemon
@@ -72,6 +75,16 @@ class RunningBridge:
         return self.result[0]
 
 
+@contextmanager
+def running(bridge: RunningBridge) -> Iterator[RunningBridge]:
+    """The bridge, stopped when the block ends, whatever happened in it."""
+    try:
+        yield bridge
+    finally:
+        if bridge.thread.is_alive():
+            bridge.stop()
+
+
 def start_bridge(config: BridgeConfig, **kwargs: Any) -> RunningBridge:
     daemon = BridgeDaemon(config, **kwargs)
     result: list[int] = []
@@ -96,6 +109,80 @@ def insert_events(db_url: str, count: int, aggregate_type: str = "order", aggreg
             ],
         )
     engine.dispose()
+
+
+# ------------------------------------------------------------------- writers that commit out of seq order
+
+#: Share of transactions that draw their seqs, then wait 50-500 ms before committing while later ones commit.
+LATE_SHARE = 0.3
+
+_INSERT_RETURNING = text(
+    "INSERT INTO domain_events (event_id, aggregate_type, aggregate_id, event_type, payload) "
+    "VALUES (:event_id, 'order', :aggregate_id, 'OrderPlaced', :payload) RETURNING seq"
+)
+
+
+@dataclass
+class Ledger:
+    """What the writers committed, as they saw it."""
+
+    seed: int = 0
+    committed: dict[int, str] = field(default_factory=dict)  # seq -> event_id
+    # (commit time, lowest seq of the transaction): to count commits that came after a higher seq's.
+    commits: list[tuple[float, int]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def late_commits(self) -> int:
+        """Transactions that committed after one holding a higher seq had committed."""
+        late, highest = 0, 0
+        for _, low in sorted(self.commits):
+            late += low < highest
+            highest = max(highest, low)
+        return late
+
+
+def _insert(conn: Connection, rng: random.Random, aggregates: int) -> tuple[int, str]:
+    event_id = f"e-{uuid.uuid4().hex}"
+    seq = conn.execute(_INSERT_RETURNING, {"event_id": event_id, "aggregate_id": f"a-{rng.randrange(aggregates)}",
+                                           "payload": json.dumps({"n": rng.randrange(1000)})}).scalar_one()
+    return int(seq), event_id
+
+
+def _write(url: str, rng: random.Random, deadline: float, ledger: Ledger, aggregates: int) -> None:
+    """One application thread: transactions of 1-3 events, some of them slow to commit; never a rollback."""
+    engine = create_engine(url, pool_size=1)
+    try:
+        while time.monotonic() < deadline:
+            with engine.connect() as conn, conn.begin():
+                events = [_insert(conn, rng, aggregates) for _ in range(rng.randint(1, 3))]
+                if rng.random() < LATE_SHARE:
+                    time.sleep(rng.uniform(0.05, 0.5))
+            with ledger.lock:
+                ledger.committed.update(events)
+                ledger.commits.append((time.monotonic(), min(seq for seq, _ in events)))
+            time.sleep(rng.uniform(0, 0.02))
+    except Exception as exc:  # noqa: BLE001 - a failed writer rolled back: recorded, and the test fails on it
+        with ledger.lock:
+            ledger.errors.append(repr(exc))
+    finally:
+        engine.dispose()
+
+
+def write_out_of_seq_order(url: str, writers: int, seconds: float, aggregates: int) -> Ledger:
+    """`writers` threads insert 'order' events for `seconds` over `aggregates` aggregates (a-0, a-1, ...),
+    directly into the database, some transactions committing after later seqs'; never a rollback."""
+    ledger = Ledger(seed=random.randrange(1 << 30))
+    deadline = time.monotonic() + seconds
+    threads = [threading.Thread(target=_write, args=(url, random.Random(ledger.seed + i), deadline, ledger,
+                                                     aggregates), daemon=True)
+               for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(seconds + 10)
+    assert not any(t.is_alive() for t in threads), "a writer hung"
+    return ledger
 
 
 def head_seq(db_url: str) -> int:

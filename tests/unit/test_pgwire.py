@@ -6,8 +6,9 @@ import struct
 
 import pytest
 
-from tests.faultproxy import Cut, Moment, _command, _Rule
+from tests.faultproxy import Cut, Moment, _command
 from tests.pgwire import GSSENC_REQUEST, PROTOCOL_3, SSL_REQUEST, Framer, Message, ProtocolError
+from tests.tcpproxy import Rule
 
 pytestmark = pytest.mark.unit
 
@@ -86,5 +87,5 @@ def test_only_the_end_of_a_transaction_counts_as_rollback_or_commit(statement: s
 
 
 def test_a_rule_cuts_every_nth_occurrence_up_to_its_limit() -> None:
-    rule = _Rule(Cut(Moment.ROLLBACK, every=3, times=2))
+    rule = Rule(Cut(Moment.ROLLBACK, every=3, times=2))
     assert [rule.fires() for _ in range(12)] == [False, False, True] * 2 + [False] * 6

@@ -10,41 +10,34 @@ that did not.
 
 from __future__ import annotations
 
-import json
-import random
 import threading
-import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import make_url
 
 from bridge.migrate import upgrade
 from tests.faultproxy import Cut, FaultProxy, Moment
 from tests.support import (
-    RunningBridge,
     bridge_config,
     committed_seqs,
     keys_in_seq_order,
     persisted_watermark,
     read_topic,
     record_seq,
+    running,
     start_bridge,
     wait_until,
+    write_out_of_seq_order,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 WRITERS = 8
 WRITE_FOR_S = 12.0
-AGGREGATES = [f"a-{i}" for i in range(20)]
-#: Share of transactions that draw their seqs, then wait 50-500 ms before committing while later ones commit.
-LATE_SHARE = 0.3
+AGGREGATES = 20
 
 CUTS = {
     "rollback": Cut(Moment.ROLLBACK, every=7),
@@ -52,59 +45,6 @@ CUTS = {
     "commit": Cut(Moment.COMMIT, every=7),
     "listening": Cut(Moment.LISTENING, every=3),
 }
-
-INSERT = text(
-    "INSERT INTO domain_events (event_id, aggregate_type, aggregate_id, event_type, payload) "
-    "VALUES (:event_id, 'order', :aggregate_id, 'OrderPlaced', :payload) RETURNING seq"
-)
-
-
-@dataclass
-class Ledger:
-    """What the writers committed, as they saw it."""
-
-    committed: dict[int, str] = field(default_factory=dict)  # seq -> event_id
-    # (commit time, lowest seq of the transaction): to count commits that came after a higher seq's.
-    commits: list[tuple[float, int]] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def late_commits(self) -> int:
-        """Transactions that committed after one holding a higher seq had committed."""
-        late, highest = 0, 0
-        for _, low in sorted(self.commits):
-            late += low < highest
-            highest = max(highest, low)
-        return late
-
-
-def _insert(conn: Connection, rng: random.Random) -> tuple[int, str]:
-    event_id = f"e-{uuid.uuid4().hex}"
-    seq = conn.execute(INSERT, {"event_id": event_id, "aggregate_id": rng.choice(AGGREGATES),
-                                "payload": json.dumps({"n": rng.randrange(1000)})}).scalar_one()
-    return int(seq), event_id
-
-
-def _write(url: str, seed: int, deadline: float, ledger: Ledger) -> None:
-    """One application thread: transactions of 1-3 events, some of them slow to commit; never a rollback."""
-    rng = random.Random(seed)
-    engine = create_engine(url, pool_size=1)
-    try:
-        while time.monotonic() < deadline:
-            with engine.connect() as conn, conn.begin():
-                events = [_insert(conn, rng) for _ in range(rng.randint(1, 3))]
-                if rng.random() < LATE_SHARE:
-                    time.sleep(rng.uniform(0.05, 0.5))
-            with ledger.lock:
-                ledger.committed.update(events)
-                ledger.commits.append((time.monotonic(), min(seq for seq, _ in events)))
-            time.sleep(rng.uniform(0, 0.02))
-    except Exception as exc:  # noqa: BLE001 - a failed writer rolled back: recorded, and the test fails on it
-        with ledger.lock:
-            ledger.errors.append(repr(exc))
-    finally:
-        engine.dispose()
-
 
 @contextmanager
 def _sampling_watermark(url: str, bridge_name: str, every_s: float = 0.1) -> Iterator[list[int]]:
@@ -130,16 +70,6 @@ def _named(counts: Counter[Moment]) -> dict[str, int]:
     return {moment.value: count for moment, count in counts.items()}
 
 
-@contextmanager
-def _running(bridge: RunningBridge) -> Iterator[RunningBridge]:
-    """The bridge, stopped when the block ends, whatever happened in it."""
-    try:
-        yield bridge
-    finally:
-        if bridge.thread.is_alive():
-            bridge.stop()
-
-
 @pytest.mark.parametrize("cut", CUTS.values(), ids=CUTS.keys())
 def test_a_bridge_whose_connections_are_cut_publishes_every_committed_event_and_settles_no_hole(
     postgres_url: str, kafka_bootstrap: str, cut: Cut
@@ -149,17 +79,8 @@ def test_a_bridge_whose_connections_are_cut_publishes_every_committed_event_and_
     server = make_url(url)
     with FaultProxy((server.host or "127.0.0.1", server.port or 5432), cut) as proxy:
         config = bridge_config(proxy.url_for(url), kafka_bootstrap, persist_interval_s=0.2)
-        seed = random.randrange(1 << 30)
-        ledger = Ledger()
-        with _sampling_watermark(url, config.bridge_name) as watermarks, _running(start_bridge(config)) as bridge:
-            deadline = time.monotonic() + WRITE_FOR_S
-            writers = [threading.Thread(target=_write, args=(url, seed + i, deadline, ledger), daemon=True)
-                       for i in range(WRITERS)]
-            for writer in writers:
-                writer.start()
-            for writer in writers:
-                writer.join(WRITE_FOR_S + 10)
-            assert not any(w.is_alive() for w in writers), "a writer hung"
+        with _sampling_watermark(url, config.bridge_name) as watermarks, running(start_bridge(config)) as bridge:
+            ledger = write_out_of_seq_order(url, WRITERS, WRITE_FOR_S, AGGREGATES)
             head = max(ledger.committed)
             # The persisted watermark, not the daemon's own state: it is what a restart resumes from.
             wait_until(lambda: bool(watermarks) and watermarks[-1] >= head, 45,
@@ -172,7 +93,7 @@ def test_a_bridge_whose_connections_are_cut_publishes_every_committed_event_and_
     committed = set(ledger.committed)
     lost = sorted(committed - published)
     past_a_lost_event = [w for w in watermarks if lost and w >= lost[0]]
-    print(f"\n[{cut.moment.value}] writer seed {seed}: {len(committed)} committed (head {head}), "
+    print(f"\n[{cut.moment.value}] writer seed {ledger.seed}: {len(committed)} committed (head {head}), "
           f"{ledger.late_commits()} commits after a higher seq's; proxy saw {_named(proxy.seen)}, "
           f"cut {_named(proxy.cuts)} over {proxy.connections} connections; {len(published)} published, "
           f"{len(lost)} lost (first {lost[:5]}), {daemon.holes_settled} holes settled, "
