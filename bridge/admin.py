@@ -233,6 +233,8 @@ def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: b
         audit_id = _audit(engine, config, request, "done", plan["to_seq"])
         return plan | {"audit_id": audit_id, "delivered": delivered}
     finally:
+        # Everything was flushed above (or the command failed): finish the producer and its threads now.
+        publisher.close(0)
         engine.dispose()
 
 
