@@ -35,7 +35,7 @@ from bridge.daemon import rewinds
 from bridge.daemon.leadership import Leadership
 from bridge.daemon.poison import PoisonGate
 from bridge.daemon.retention import Retention
-from bridge.daemon.status import report
+from bridge.daemon.status import holder_age_s, report
 from bridge.errors import FencedError, PoisonEventError, TopicSafetyError, TransientStoreError
 from bridge.kafka.producer_settings import producer_settings
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, KafkaPublisher, Publisher
@@ -433,7 +433,8 @@ class BridgeDaemon:
 
     def _persist(self, tracker: AckTracker, reader: OutboxReader, *, allow_lower: bool = False) -> None:
         status = self._status(tracker, reader)
-        if status["horizon_holder"] and self.metrics.horizon_oldest_xact_age_seconds._value.get() >= LONG_TRANSACTION_S:
+        age = holder_age_s(status["horizon_holder"])
+        if age is not None and age >= LONG_TRANSACTION_S:
             log.warning("a long transaction holds publishing back", extra={"holder": status["horizon_holder"]})
         self.leadership.renew(tracker.watermark, status, allow_lower=allow_lower)
 

@@ -12,6 +12,13 @@ from bridge.metrics import BridgeMetrics
 from bridge.store.reader import OutboxReader
 
 
+def holder_age_s(holder: dict[str, Any] | None) -> float | None:
+    """How long the horizon holder's transaction has run, when the holder says when it started."""
+    if holder is None or not holder.get("started_at"):
+        return None
+    return (datetime.now(UTC) - datetime.fromisoformat(holder["started_at"])).total_seconds()
+
+
 def report(tracker: AckTracker, reader: OutboxReader, metrics: BridgeMetrics, **extra: Any) -> dict[str, Any]:
     """Head, lag, in-flight counts and the horizon holder, set on the gauges and returned as a status."""
     head = reader.head_seq()
@@ -24,9 +31,9 @@ def report(tracker: AckTracker, reader: OutboxReader, metrics: BridgeMetrics, **
     metrics.lag_seconds.set(lag_seconds)
     metrics.in_flight_events.set(tracker.in_flight_count)
     metrics.in_flight_bytes.set(tracker.in_flight_bytes)
-    if holder is not None and holder.get("started_at"):
-        started = datetime.fromisoformat(holder["started_at"])
-        metrics.horizon_oldest_xact_age_seconds.set((datetime.now(UTC) - started).total_seconds())
+    age = holder_age_s(holder)
+    if age is not None:
+        metrics.horizon_oldest_xact_age_seconds.set(age)
     elif holder is None:
         metrics.horizon_oldest_xact_age_seconds.set(0)
     return {
