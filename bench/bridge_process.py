@@ -137,7 +137,7 @@ class BridgeProcess:
         """Wait until this bridge holds the lease (an epoch above `after_epoch`); return the epoch."""
         from sqlalchemy import create_engine
 
-        from bridge.offsets import OffsetStore
+        from bridge.store.offsets import OffsetStore
 
         engine = create_engine(self.env["OUTBOX_DB_URL"])
         store = OffsetStore(engine, self.env["BRIDGE_NAME"])
@@ -157,7 +157,7 @@ class BridgeProcess:
         """The bridge's persisted watermark (0 before its first persist)."""
         from sqlalchemy import create_engine
 
-        from bridge.offsets import OffsetStore
+        from bridge.store.offsets import OffsetStore
 
         engine = create_engine(self.env["OUTBOX_DB_URL"])
         try:

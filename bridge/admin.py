@@ -23,9 +23,9 @@ from sqlalchemy.engine import Connection, Engine
 from bridge.config import BridgeConfig
 from bridge.config import parse_duration as config_duration
 from bridge.errors import OutboxError
-from bridge.offsets import OffsetStore, deletable_up_to, hold_offsets
 from bridge.schema import bridge_offsets, bridge_replay_audit, domain_events
 from bridge.store.engine import make_engine
+from bridge.store.offsets import OffsetStore, deletable_up_to, hold_offsets
 from bridge.store.rows import ROW_COLUMNS, OutboxRow
 
 console = Console(stderr=True)

@@ -15,6 +15,7 @@ import re
 import string
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum, StrEnum
 from importlib.resources.abc import Traversable
@@ -35,7 +36,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from bridge.errors import ConfigurationError
-from bridge.kafka.producer_settings import MASK, check_extras, is_secret_producer_key
+from bridge.kafka.producer_settings import (
+    MASK,
+    ProducerSettings,
+    check_extras,
+    is_secret_producer_key,
+    producer_settings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +196,98 @@ def _freeze_producer_extra(extra: Mapping[str, ProducerValue]) -> Mapping[str, P
             value = SecretStr(value)
         frozen[key] = value
     return MappingProxyType(frozen)
+
+
+# ------------------------------------------------------------------------------------------- sections
+# Each part of the bridge is given the section it uses, never the whole configuration.
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseSection:
+    """Where the outbox is, and which watermark and lease in it belong to this bridge."""
+
+    url: SecretStr
+    bridge_name: str
+
+    @property
+    def url_text(self) -> str:
+        """The URL with its password, for the engine only; log `masked_url` instead."""
+        return self.url.get_secret_value()
+
+    @property
+    def masked_url(self) -> str:
+        return mask_url(self.url.get_secret_value())
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSection:
+    """What the Kafka producer is made from (satisfies `bridge.kafka.producer_settings.ProducerConfig`)."""
+
+    bridge_name: str
+    bootstrap_servers: str
+    linger_ms: int
+    batch_size: int
+    compression: Compression
+    delivery_timeout_ms: int
+    max_in_flight: int
+    max_in_flight_bytes: int
+    producer_extra: Mapping[str, ProducerValue]
+    allow_unsafe_producer: bool
+
+    def settings(self, client_id: str | None = None) -> ProducerSettings:
+        """The librdkafka settings with the warnings about allowed unsafe extras (logged here)."""
+        return producer_settings(self, client_id=client_id)
+
+    def as_librdkafka_dict(self, client_id: str | None = None) -> dict[str, Any]:
+        """The dict for `confluent_kafka.Producer`: holds credentials in clear, never log it."""
+        return self.settings(client_id).conf
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSection:
+    """Which topic each event goes to, and how the bridge creates and checks topics."""
+
+    bootstrap_servers: str
+    topic_template: str
+    dlq_topic_name: str
+    bridge_name: str
+    partitions: int
+    replication_factor: int
+    allow_create: bool
+    allow_single_broker: bool
+
+    def topic_for(self, aggregate_type: str) -> str:
+        """The topic for an event of aggregate_type; ValueError if it would not be a legal topic name."""
+        topic = render_template(self.topic_template, "aggregate_type", aggregate_type)
+        if not aggregate_type or not is_legal_topic_name(topic):
+            raise ValueError(
+                f"aggregate_type {aggregate_type!r} gives topic {topic!r}, which Kafka refuses "
+                "(1 to 249 of [a-zA-Z0-9._-])"
+            )
+        return topic
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSection:
+    """The publishing loop's pace and limits."""
+
+    max_in_flight: int
+    max_in_flight_bytes: int
+    read_batch_size: int
+    persist_interval_s: float
+    poll_interval_min_s: float
+    poll_interval_max_s: float
+    lease_timeout_s: float
+    shutdown_timeout_s: float
+    poison_policy: PoisonPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionSection:
+    """Deleting published rows while leading: rows older than `period`, every `interval_s`."""
+
+    period: timedelta
+    interval_s: float
 
 
 class BridgeConfig(BaseSettings):
@@ -376,18 +475,66 @@ class BridgeConfig(BaseSettings):
 
     def topic_for(self, aggregate_type: str) -> str:
         """The topic for an event of aggregate_type; ValueError if it would not be a legal topic name."""
-        topic = render_template(self.topic_template, "aggregate_type", aggregate_type)
-        if not aggregate_type or not is_legal_topic_name(topic):
-            raise ValueError(
-                f"aggregate_type {aggregate_type!r} gives topic {topic!r}, which Kafka refuses "
-                "(1 to 249 of [a-zA-Z0-9._-])"
-            )
-        return topic
+        return self.topics.topic_for(aggregate_type)
 
     def topic_for_pattern(self) -> re.Pattern[str]:
         """A regular expression matching every topic the template can produce."""
         literal_parts = self.topic_template.split("{aggregate_type}")
         return re.compile("[a-zA-Z0-9._-]+".join(re.escape(part) for part in literal_parts))
+
+    # -------------------------------------------------------------------------------------- sections
+
+    @property
+    def database(self) -> DatabaseSection:
+        return DatabaseSection(url=self.db_url, bridge_name=self.bridge_name)
+
+    @property
+    def producer(self) -> ProducerSection:
+        return ProducerSection(
+            bridge_name=self.bridge_name,
+            bootstrap_servers=self.bootstrap_servers,
+            linger_ms=self.linger_ms,
+            batch_size=self.batch_size,
+            compression=self.compression,
+            delivery_timeout_ms=self.delivery_timeout_ms,
+            max_in_flight=self.max_in_flight,
+            max_in_flight_bytes=self.max_in_flight_bytes,
+            producer_extra=self.producer_extra,
+            allow_unsafe_producer=self.allow_unsafe_producer,
+        )
+
+    @property
+    def topics(self) -> TopicSection:
+        return TopicSection(
+            bootstrap_servers=self.bootstrap_servers,
+            topic_template=self.topic_template,
+            dlq_topic_name=self.dlq_topic_name,
+            bridge_name=self.bridge_name,
+            partitions=self.topic_partitions,
+            replication_factor=self.replication_factor,
+            allow_create=self.allow_create_topics,
+            allow_single_broker=self.allow_single_broker,
+        )
+
+    @property
+    def loop(self) -> LoopSection:
+        return LoopSection(
+            max_in_flight=self.max_in_flight,
+            max_in_flight_bytes=self.max_in_flight_bytes,
+            read_batch_size=self.read_batch_size,
+            persist_interval_s=self.persist_interval_s,
+            poll_interval_min_s=self.poll_interval_min_ms / 1000,
+            poll_interval_max_s=self.poll_interval_max_ms / 1000,
+            lease_timeout_s=self.lease_timeout_s,
+            shutdown_timeout_s=self.shutdown_timeout_s,
+            poison_policy=self.poison_policy,
+        )
+
+    @property
+    def retention_section(self) -> RetentionSection | None:
+        """Retention while leading, or None when every row is kept."""
+        period = self.retention_period
+        return None if period is None else RetentionSection(period=period, interval_s=self.retention_interval_s)
 
     def masked(self) -> dict[str, Any]:
         """Every setting as plain values for the start-up log, with credentials masked."""

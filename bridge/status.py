@@ -13,8 +13,8 @@ from rich.table import Table
 
 from bridge.config import BridgeConfig
 from bridge.kafka.topics import TopicGuard, TopicPolicy, TopicReport
-from bridge.offsets import OffsetStore
 from bridge.store.engine import make_engine, make_reader
+from bridge.store.offsets import OffsetStore
 
 EXIT_UNSAFE = 4
 

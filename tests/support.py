@@ -24,8 +24,8 @@ from sqlalchemy.engine import Connection
 
 from bridge.config import BridgeConfig, load_config
 from bridge.daemon import BridgeDaemon
-from bridge.offsets import OffsetRow, OffsetStore
 from bridge.store.engine import make_engine
+from bridge.store.offsets import OffsetRow, OffsetStore
 from bridge.store.reader import Batch, TailReader
 
 

@@ -1,6 +1,6 @@
 """Leadership of one bridge name: stand by until the lease is free, take it, renew it, give it up.
 
-The lease lives in the database (`bridge.offsets`), measured by the database's clock. This instance's
+The lease lives in the database (`bridge.store.offsets`), measured by the database's clock. This instance's
 own view is a monotonic deadline, counted from before each renewal was sent: the daemon may send only
 while `may_send()`, checked before every record, so a pause, a slow read or a slow admin call that
 outlasts the lease stops publishing before a standby can take over.
@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from bridge.metrics import BridgeMetrics
-from bridge.offsets import Lease, OffsetStore
+from bridge.store.offsets import Lease, OffsetStore
 
 log = logging.getLogger("bridge.daemon")
 

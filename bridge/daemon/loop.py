@@ -41,10 +41,10 @@ from bridge.kafka.producer_settings import producer_settings
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, KafkaPublisher, Publisher
 from bridge.kafka.topics import TopicChecker, TopicGuard, TopicPolicy
 from bridge.metrics import BridgeMetrics
-from bridge.offsets import OffsetStore
 from bridge.store.engine import make_engine, make_reader
 from bridge.store.failures import store_error
 from bridge.store.invariants import OutboxDamagedError, check_never_skip
+from bridge.store.offsets import OffsetStore
 from bridge.store.reader import OutboxReader
 
 log = logging.getLogger("bridge.daemon")

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from bridge.core.late import SettledHoles
-from bridge.offsets import OffsetStore, RewindRequest
+from bridge.store.offsets import OffsetStore, RewindRequest
 from bridge.store.reader import OutboxReader
 
 log = logging.getLogger("bridge.daemon")

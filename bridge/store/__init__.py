@@ -3,6 +3,7 @@
 - `reader`: the reader interface (`OutboxReader`, `Batch`) and the read loop every dialect shares;
 - `sqlite`, `postgres`, `mssql`: one module per dialect, each a visible-rows read and its horizon;
 - `engine`: the one place engines are built, and the reader for an engine's dialect;
+- `offsets`: the persisted watermark and the lease that fences it (`OffsetStore`), and rewind requests;
 - `rows`: `OutboxRow` and the plain seq-ordered read;
 - `failures`: driver errors translated into `StoreError` / `TransientStoreError`.
 

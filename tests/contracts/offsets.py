@@ -16,9 +16,9 @@ from sqlalchemy.engine import Engine
 
 from bridge.errors import FencedError
 from bridge.migrate import upgrade
-from bridge.offsets import Lease, OffsetStore
 from bridge.schema import bridge_replay_audit
 from bridge.store.engine import make_engine
+from bridge.store.offsets import Lease, OffsetStore
 
 
 def _take(store: OffsetStore, owner: str, lease_seconds: float) -> Lease:

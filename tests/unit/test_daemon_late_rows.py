@@ -15,9 +15,9 @@ from bridge.config import load_config
 from bridge.daemon import BridgeDaemon
 from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.migrate import upgrade
-from bridge.offsets import OffsetStore
 from bridge.records import KafkaRecord
 from bridge.store.engine import make_engine
+from bridge.store.offsets import OffsetStore
 
 INSERT = ("INSERT INTO domain_events ({seq}event_id, aggregate_type, aggregate_id, event_type, payload) "
           "VALUES ({value}:e, 'order', :a, 'Placed', '{{}}')")

@@ -15,9 +15,9 @@ from bridge.config import load_config
 from bridge.daemon import BridgeDaemon
 from bridge.kafka.topics import TopicReport
 from bridge.migrate import upgrade
-from bridge.offsets import OffsetStore
 from bridge.records import KafkaRecord
 from bridge.store.engine import make_engine
+from bridge.store.offsets import OffsetStore
 
 LEASE_TIMEOUT_S = 1.0
 

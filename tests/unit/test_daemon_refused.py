@@ -20,9 +20,9 @@ from bridge.daemon import EXIT_OK, EXIT_POISON, BridgeDaemon
 from bridge.kafka.publisher import DeliveryFailure
 from bridge.kafka.testing import AcceptingTopicGuard
 from bridge.migrate import upgrade
-from bridge.offsets import OffsetStore
 from bridge.records import KafkaRecord
 from bridge.store.engine import make_engine
+from bridge.store.offsets import OffsetStore
 
 REFUSED_SEQ = 7
 EVENTS = 12

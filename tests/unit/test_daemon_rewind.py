@@ -18,10 +18,10 @@ from bridge.config import load_config
 from bridge.daemon import BridgeDaemon
 from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.migrate import upgrade
-from bridge.offsets import OffsetStore
 from bridge.records import KafkaRecord
 from bridge.schema import bridge_replay_audit
 from bridge.store.engine import make_engine
+from bridge.store.offsets import OffsetStore
 
 EVENTS = 20
 

@@ -16,9 +16,9 @@ from bridge import admin
 from bridge.admin import RefusedError, ReplayRequest
 from bridge.config import BridgeConfig, load_config
 from bridge.migrate import upgrade
-from bridge.offsets import OffsetStore
 from bridge.schema import bridge_replay_audit, domain_events
 from bridge.store.engine import make_engine
+from bridge.store.offsets import OffsetStore
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +113,7 @@ def test_a_rewind_requested_during_a_cleanup_batch_waits_for_it_and_sees_what_it
             outcome.append(exc)
 
     with engine.connect() as batch:
-        # A cleanup batch in progress: it holds the offsets row (bridge.offsets.hold_offsets), found no
+        # A cleanup batch in progress: it holds the offsets row (bridge.store.offsets.hold_offsets), found no
         # pending rewind, and deletes every published row; it has not committed yet.
         batch.execute(text("UPDATE bridge_offsets SET watermark = watermark WHERE bridge_name = 'race'"))
         batch.execute(text(f"DELETE FROM domain_events WHERE seq <= {EVENTS}"))

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from bridge.migrate import upgrade
-from bridge.offsets import OffsetStore
 from bridge.store.engine import make_engine
+from bridge.store.offsets import OffsetStore
 from tests.support import bridge_config, head_seq, insert_events, read_topic, start_bridge, wait_until
 
 
