@@ -46,13 +46,13 @@ def _config(args: argparse.Namespace) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bridge import logs
-    from bridge.daemon import BridgeDaemon
+    from bridge.daemon import build_daemon
     from bridge.http import serve
 
     config = _config(args)
     logs.configure(config.log_level.value, json_lines=not args.plain_logs)
     log.info("starting outbox bridge", extra={"config": config.masked()})
-    daemon = BridgeDaemon(config)
+    daemon = build_daemon(config)
     daemon.install_signal_handlers()
     server = None
     if config.metrics_port:

@@ -23,7 +23,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection
 
 from bridge.config import BridgeConfig, load_config
-from bridge.daemon import BridgeDaemon
+from bridge.daemon import BridgeDaemon, build_daemon
 from bridge.store.engine import make_engine
 from bridge.store.offsets import OffsetRow, OffsetStore
 from bridge.store.reader import Batch, TailReader
@@ -86,7 +86,7 @@ def running(bridge: RunningBridge) -> Iterator[RunningBridge]:
 
 
 def start_bridge(config: BridgeConfig, **kwargs: Any) -> RunningBridge:
-    daemon = BridgeDaemon(config, **kwargs)
+    daemon = build_daemon(config, **kwargs)
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(daemon.run()), daemon=True)
     thread.start()

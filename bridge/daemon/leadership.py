@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from bridge.metrics import BridgeMetrics
-from bridge.store.offsets import Lease, OffsetStore
+from bridge.store.offsets import Lease, LeaseStore
 
 log = logging.getLogger("bridge.daemon")
 
@@ -22,7 +22,7 @@ log = logging.getLogger("bridge.daemon")
 class Leadership:
     """The lease of one bridge name, for one instance."""
 
-    def __init__(self, offsets: OffsetStore, instance_id: str, lease_timeout_s: float,
+    def __init__(self, offsets: LeaseStore, instance_id: str, lease_timeout_s: float,
                  metrics: BridgeMetrics) -> None:
         self.offsets = offsets
         self.instance_id = instance_id

@@ -1,0 +1,84 @@
+"""Wire a `BridgeDaemon` from the configuration: the one place the daemon's collaborators are built.
+
+Each collaborator gets the section it uses: the engine the database section, the producer the producer
+section (`as_librdkafka_dict()`), the topic guard and the poison gate the topic section, the loop its
+own. Tests that want other collaborators (an in-memory publisher, a topic guard that accepts
+everything, a reader over a fault proxy) pass them here, or build `BridgeDaemon` directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
+
+from bridge.admin import cleanup
+from bridge.config import BridgeConfig
+from bridge.daemon.loop import BridgeDaemon, OnDelivery
+from bridge.daemon.poison import producer_limit
+from bridge.kafka.publisher import KafkaPublisher, Publisher
+from bridge.kafka.topics import TopicChecker, TopicGuard, TopicPolicy
+from bridge.metrics import BridgeMetrics
+from bridge.store.engine import make_engine, make_reader
+from bridge.store.failures import store_error
+from bridge.store.invariants import check_never_skip
+from bridge.store.offsets import OffsetStore
+from bridge.store.reader import OutboxReader
+
+#: Makes a publisher from librdkafka settings and the daemon's delivery callback (`KafkaPublisher`).
+PublisherFactory = Callable[[dict[str, Any], OnDelivery], Publisher]
+
+
+def build_daemon(
+    config: BridgeConfig,
+    *,
+    metrics: BridgeMetrics | None = None,
+    publisher_factory: PublisherFactory | None = None,
+    topic_guard: TopicChecker | None = None,
+    instance_id: str | None = None,
+    engine: Engine | None = None,
+    reader_factory: Callable[[Engine], OutboxReader] = make_reader,
+) -> BridgeDaemon:
+    """The daemon for `config`, with real collaborators unless others are given."""
+    database = config.database
+    topics = config.topics
+    engine = engine or make_engine(database.url_text)
+    conf = config.producer.as_librdkafka_dict()  # refuses unsafe extras now, before anything starts
+    make_publisher = publisher_factory or KafkaPublisher
+    guard = topic_guard or TopicGuard(
+        topics.bootstrap_servers,
+        TopicPolicy(topics.partitions, topics.replication_factor, topics.allow_single_broker),
+    )
+
+    def check_outbox() -> None:
+        """Refuse to lead an outbox whose seq path no longer takes the horizon stamp first."""
+        try:
+            with engine.connect() as conn:
+                check_never_skip(conn)
+        except DBAPIError as exc:
+            raise store_error(exc, "checking the outbox's seq path") from exc
+
+    retention = config.retention_section
+
+    def retention_pass(period: timedelta) -> dict[str, Any]:
+        # The same pass as `outbox-bridge cleanup --older-than`.
+        return cleanup(config, period, dry_run=False, show_progress=False)
+
+    return BridgeDaemon(
+        config.loop,
+        topics,
+        offsets=OffsetStore(engine, database.bridge_name),
+        open_reader=lambda: reader_factory(engine),
+        new_publisher=lambda on_delivery: make_publisher(dict(conf), on_delivery),
+        topic_guard=guard,
+        check_outbox=check_outbox,
+        retention=retention,
+        retention_pass=retention_pass if retention is not None else None,
+        producer_limit=producer_limit(config.producer_extra),
+        metrics=metrics,
+        instance_id=instance_id,
+        on_exit=engine.dispose,
+    )
