@@ -95,7 +95,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 
 def _confirm(question: str, assume_yes: bool) -> None:
-    from bridge.admin import RefusedError
+    from bridge.errors import RefusedError
 
     if assume_yes:
         return
@@ -119,39 +119,39 @@ def _report(result: dict[str, Any], as_json: bool, title: str) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from bridge import admin
+    from bridge import replay
 
     config = _config(args)
-    request = admin.ReplayRequest(
+    request = replay.ReplayRequest(
         from_seq=args.from_seq, to_seq=args.to_seq, aggregate_type=args.aggregate_type,
         event_type=args.event_type, mode=args.mode, topic=args.topic, reason=args.reason, dry_run=args.dry_run,
     )
-    plan = admin.plan_replay(config, request)
+    plan = replay.plan_replay(config, request)
     if args.dry_run:
         _report(plan | {"dry_run": True}, args.json, "replay plan (dry run: nothing changed)")
         return 0
     if args.mode == "rewind":
         _confirm(f"Rewind bridge {config.bridge_name!r} to re-publish {plan['events']} events from seq "
                  f"{args.from_seq} (watermark {plan['watermark']})?", args.yes)
-        result = admin.rewind(config, request, wait_s=args.wait)
+        result = replay.rewind(config, request, wait_s=args.wait)
     else:
         _confirm(f"Publish {plan['events']} events (seq {args.from_seq}..{plan['to_seq']}) to "
                  f"{', '.join(plan['topics']) or 'no topic'}?", args.yes)
-        result = admin.publish_range(config, request, show_progress=not args.json)
+        result = replay.publish_range(config, request, show_progress=not args.json)
     _report(result, args.json, f"replay ({args.mode})")
     return 0
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from bridge import admin
+    from bridge.store import maintenance
 
     config = _config(args)
-    older_than = admin.parse_duration(args.older_than)
-    plan = admin.cleanup(config, older_than, dry_run=True)
+    older_than = maintenance.parse_duration(args.older_than)
+    plan = maintenance.cleanup(config.database, older_than, dry_run=True)
     if not args.dry_run and plan["rows"]:
         _confirm(f"Delete {plan['rows']} published rows older than {args.older_than} (seq <= watermark "
                  f"{plan['watermark']})?", args.yes)
-        plan = admin.cleanup(config, older_than, dry_run=False, batch_size=args.batch_size,
+        plan = maintenance.cleanup(config.database, older_than, dry_run=False, batch_size=args.batch_size,
                              show_progress=not args.json)
     _report(plan, args.json, "cleanup" + (" (dry run: nothing changed)" if args.dry_run else ""))
     return 0
@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from bridge.admin import RefusedError
+    from bridge.errors import RefusedError
 
     try:
         code: int = args.func(args)

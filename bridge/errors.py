@@ -7,6 +7,10 @@ class OutboxError(Exception):
     """Root of every error raised by this project."""
 
 
+class RefusedError(OutboxError):
+    """An operator's request was refused before anything changed; the message says why and what to do."""
+
+
 class ConfigurationError(OutboxError):
     """A setting is missing, malformed or unsafe; the message names the setting and the fix."""
 

@@ -15,7 +15,6 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from bridge.admin import cleanup
 from bridge.config import BridgeConfig
 from bridge.daemon.loop import BridgeDaemon, OnDelivery
 from bridge.daemon.poison import producer_limit
@@ -25,6 +24,7 @@ from bridge.metrics import BridgeMetrics
 from bridge.store.engine import make_engine, make_reader
 from bridge.store.failures import store_error
 from bridge.store.invariants import check_never_skip
+from bridge.store.maintenance import cleanup
 from bridge.store.offsets import OffsetStore
 from bridge.store.reader import OutboxReader
 
@@ -65,7 +65,7 @@ def build_daemon(
 
     def retention_pass(period: timedelta) -> dict[str, Any]:
         # The same pass as `outbox-bridge cleanup --older-than`.
-        return cleanup(config, period, dry_run=False, show_progress=False)
+        return cleanup(database, period, dry_run=False, show_progress=False)
 
     return BridgeDaemon(
         config.loop,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.admin import RefusedError, parse_duration
 from bridge.cli import main
+from bridge.errors import RefusedError
+from bridge.store.maintenance import parse_duration
 
 
 @pytest.mark.parametrize(
