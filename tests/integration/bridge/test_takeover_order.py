@@ -14,6 +14,11 @@ The proxy names each Produce request's client (each process has its own client.i
 records, so the test measures what the old leader still sent after it was resumed. The topic stamps
 records with the broker's append time, so every persisted watermark seen during the run is checked
 against when each event reached Kafka.
+
+What the old leader sends after resuming there comes from librdkafka's queue, which the daemon cannot
+stop once the process runs again; anything it produced itself would queue behind it and be purged. So a
+second test pauses the leader where only the daemon's own check can stop it: between a read and its
+sends (the database's answer to its read is held back by `tests.faultproxy` until it is paused).
 """
 
 from __future__ import annotations
@@ -33,10 +38,12 @@ from typing import Any
 import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from sqlalchemy.engine import make_url
 
 from bridge.migrate import upgrade
 from bridge.store.engine import make_engine
 from bridge.store.offsets import OffsetStore
+from tests.faultproxy import FaultProxy
 from tests.kafkaproxy import KafkaFaultProxy
 from tests.proxiedbroker import ProxiedBroker
 from tests.support import (
@@ -315,3 +322,84 @@ def test_after_a_takeover_from_a_leader_paused_with_messages_queued_a_plain_cons
         upto = bisect_right(seqs, sample.watermark)
         assert upto == 0 or all_in_by[upto - 1] <= sample.at * 1000 + 1, \
             f"watermark {sample.watermark} persisted before every event up to it reached Kafka"
+
+
+def test_a_leader_paused_in_the_middle_of_a_read_sends_none_of_it_after_the_takeover(
+    postgres_url: str, proxied_kafka: ProxiedBroker, tmp_path: Path
+) -> None:
+    """The pause lands between a read and its sends: the database has answered the leader's read, the
+    answer waits in its socket while it is paused, and it resumes with the rows in hand after a standby
+    took over. Checked before each send, the lease has run out: it sends none of them."""
+    url = postgres_url
+    upgrade(url)
+    proxy = proxied_kafka.proxy
+    proxy.reset()
+    bootstrap = proxied_kafka.bootstrap
+    name = f"to-{uuid.uuid4().hex[:6]}"
+    template = f"to{uuid.uuid4().hex[:8]}.{{aggregate_type}}"
+    topic = template.replace("{aggregate_type}", "order")
+    _create_topic(bootstrap, topic)
+    server = make_url(url)
+    backlog, held, more = 100, 300, 100
+
+    with FaultProxy((server.host or "127.0.0.1", server.port or 5432)) as database, OffsetsWatch(url, name) as watch:
+        # Only the first instance reaches the database through the proxy.
+        first = _spawn(database.url_for(url), bootstrap, name, template, FIRST, tmp_path / "first.log")
+        second: BridgeProcess | None = None
+        try:
+            wait_until(lambda: (s := watch.latest()) is not None and s.owner_pid == first.pid, 30,
+                       "the first instance to lead")
+            second = _spawn(url, bootstrap, name, template, SECOND, tmp_path / "second.log")
+            wait_until(lambda: second.logged("another instance holds the lease; standing by"), 30,
+                       "the second instance to stand by")
+            insert_events(url, backlog, aggregates=AGGREGATES)
+            wait_until(lambda: watch.watermark() >= backlog, 30, "the leader to publish the backlog")
+            # 1. The leader's next read that finds events (its result names horizon_low) is answered, and the
+            # answer held back; the leader is paused while it waits for it, then the answer goes on.
+            database.hold_result("horizon_low", min_rows=2)
+            insert_events(url, held, aggregates=AGGREGATES, start=backlog)
+            assert database.held.wait(10), "the leader read the new events"
+            first.signal(signal.SIGSTOP)
+            paused_at = time.monotonic()
+            last_of_first = watch.last_of(first.pid)
+            database.release()
+            # 2. The standby takes over and publishes the events the paused leader has in hand.
+            wait_until(lambda: (s := watch.latest()) is not None and s.owner_pid == second.pid, LEASE_TIMEOUT_S + 10,
+                       "the standby to take over")
+            wait_until(lambda: watch.watermark() >= backlog + held, 30, "the new leader to publish the held events")
+            # 3. The old leader resumes with the rows of its read in hand.
+            first.signal(signal.SIGCONT)
+            resumed_at = time.monotonic()
+            wait_until(lambda: first.logged("lost the lease; standing by"), 10, "the old leader to find itself fenced")
+            insert_events(url, more, aggregates=AGGREGATES, start=backlog + held)
+            wait_until(lambda: watch.watermark() >= backlog + held + more, 30, "the new leader to publish the rest")
+            sent_by_old_after_resume = _sent(proxy, FIRST, after=resumed_at)
+            first.signal(signal.SIGTERM)
+            second.signal(signal.SIGTERM)
+            first_code, second_code = first.wait(30), second.wait(60)
+        finally:
+            database.release()
+            first.stop_if_running()
+            if second is not None:
+                second.stop_if_running()
+
+    records = _consume(bootstrap, topic)
+    counts = Counter(record_seq(m) for m in records)
+    committed = set(committed_seqs(url))
+    takeover = _took_over_at(second)
+    fenced = [line for line in first.log_lines() if line.get("msg") == "lost the lease; standing by"]
+    print(f"\n[paused mid-read] paused {resumed_at - paused_at:.1f}s with a read of {held} events answered; "
+          f"new leader took over at watermark {takeover['watermark']}; after SIGCONT the old leader sent "
+          f"{sent_by_old_after_resume[1]} records in {sent_by_old_after_resume[0]} requests "
+          f"({fenced[0].get('error')!r}); "
+          f"{len(records)} records, {sum(counts.values()) - len(counts)} duplicates")
+
+    assert takeover["epoch"] > last_of_first.epoch, "the standby took over with a new epoch"
+    assert last_of_first.watermark >= backlog, "the old leader had published the backlog before the held read"
+    assert (first_code, second_code) == (0, 0), "both stopped cleanly on SIGTERM"
+    assert set(counts) == committed == set(range(1, backlog + held + more + 1)), "every committed event, no other"
+    assert sent_by_old_after_resume == (0, 0), "the old leader sent nothing after resuming"
+    assert all(counts[seq] == 1 for seq in range(backlog + 1, backlog + held + more + 1)), \
+        "the events the old leader read before its pause went out once, from the new leader"
+    for key, seqs in keys_in_seq_order(records).items():
+        assert seqs == sorted(seqs), f"aggregate {key!r}: events out of seq order {seqs}"
