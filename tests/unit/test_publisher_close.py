@@ -104,7 +104,7 @@ def test_close_gives_up_after_its_timeout_and_still_reports_every_message(caplog
     assert time.monotonic() - started < RTT_MS / 1000
     assert sorted(seq for seq, _, _ in reports.seen) == list(range(1, IN_FLIGHT + 1)), "each reported once"
     assert all(err is not None and err.code() == KafkaError._PURGE_INFLIGHT for _, _, err in reports.seen)
-    assert "producer closed with requests unanswered" in caplog.text
+    assert "producer closed with records unanswered" in caplog.text
     # With enable.gapless.guarantee a purged request is a gap: a fatal error, recorded rather than raised.
     assert publisher.failure is not None and publisher.failure.fatal
 
