@@ -551,7 +551,8 @@ def cmd_up(args: argparse.Namespace) -> None:
         if not args.no_spark_jars:
             ensure_jars("spark")
         pg = Postgres()
-        pg.up()
+        if not args.no_postgres:
+            pg.up()
         cluster = KafkaCluster(MAIN_CLUSTER, args.brokers, MAIN_KAFKA_PORT)
         cluster.up()
         env_file = write_env(cluster, pg)
@@ -636,6 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start PostgreSQL and the Kafka cluster, wait until they answer")
     up.add_argument("--brokers", type=int, default=int(os.environ.get("BROKERS", "1")), choices=[1, 3])
     up.add_argument("--no-spark-jars", action="store_true", help="skip resolving the Spark connector jars")
+    up.add_argument("--no-postgres", action="store_true", help="start only Kafka (the demo's outbox is SQLite)")
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop every process the stack started").set_defaults(func=cmd_down)
     sub.add_parser("status", help="show what runs").set_defaults(func=cmd_status)
