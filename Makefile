@@ -23,10 +23,17 @@ help: ## show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 	@echo "  Variables: BROKERS=1|3 (make up), PYTEST_ARGS=... (make test), TEST_SQLSERVER_URL=mssql+pyodbc://... (make test)"
 
+# pip's full output is a few hundred lines; show one line per package it fetches and its closing lines.
+PIP_PROGRESS := awk '/^Collecting /{n++; printf "  %3d %s\n", n, $$2; fflush()} \
+  /^(Installing collected packages|Successfully installed)/{print "  " substr($$0, 1, 110) (length($$0) > 110 ? " ..." : ""); fflush()}'
+
 $(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[spark,dev,bench]'
+	@test -x $(PY) || { echo "creating the virtualenv $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "upgrading pip in $(VENV)"
+	@$(PY) -m pip install -q --upgrade pip
+	@echo "installing outbox-bridge (editable) and its pinned dependencies into $(VENV), extras spark, dev, bench:"
+	@echo "PySpark and delta-spark (the largest, a few hundred MB), confluent-kafka, SQLAlchemy, pytest, ruff, mypy, ..."
+	@set -o pipefail; $(PY) -m pip install --progress-bar off -e '.[spark,dev,bench]' | $(PIP_PROGRESS)
 	@touch $(STAMP)
 
 venv: $(STAMP) ## create .venv and install the project with its pinned dependencies
