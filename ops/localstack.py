@@ -407,15 +407,8 @@ def pg_bin() -> Path:
     if not candidates:
         if os.geteuid() != 0:
             raise StackError("PostgreSQL server is not installed: `sudo apt-get install postgresql`, then retry")
-        log("installing PostgreSQL from Debian's packages (first run only)")
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"],
-            check=True,
-            env=env,
-            stdout=subprocess.DEVNULL,
-        )
+        log("installing PostgreSQL from Debian's packages (first run only; its system service left off)")
+        subprocess.run([str(ROOT / "ops" / "apt-install.sh"), "postgresql"], check=True, stdout=subprocess.DEVNULL)
         candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
         if not candidates:
             raise StackError("apt-get installed postgresql but no /usr/lib/postgresql/*/bin/initdb was found")
