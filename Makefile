@@ -38,10 +38,17 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install the project with its pinned dependencies
 
-sysdeps: ## install the Debian packages the tests use when missing (promtool/prometheus; PostgreSQL comes with `up`)
-	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; \
-	  else echo "promtool is missing: sudo apt-get install prometheus" >&2; exit 1; fi; }
+sysdeps: ## install Prometheus (promtool, prometheus) from Debian's packages when missing, its service left off
+	@if command -v promtool >/dev/null && command -v prometheus >/dev/null; then \
+	  echo "Prometheus for the alert-rule and scrape tests: promtool and prometheus are installed"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  echo "Prometheus for the alert-rule and scrape tests: installing Debian's prometheus package (apt-get)," \
+	    "without starting its service or enabling it at boot"; \
+	  ops/apt-install.sh prometheus; \
+	else \
+	  echo "promtool and prometheus are missing: run \`sudo ops/apt-install.sh prometheus\` (Debian's" \
+	    "package, its service left off) or \`sudo apt-get install prometheus\`" >&2; exit 1; \
+	fi
 
 mssql-driver: $(STAMP) ## SQL Server tests: unixODBC (apt), pyodbc and Microsoft's ODBC Driver 18 (PyPI), registered in .run/odbc
 	@ldconfig -p | grep -q 'libodbc\.so\.2 ' || { \
@@ -62,8 +69,10 @@ down: ## stop every process the local stack started
 status: $(STAMP) ## show which stack processes run
 	$(PY) ops/localstack.py status
 
-test: $(STAMP) jars sysdeps $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
-	$(PY) -m pytest $(PYTEST_ARGS)
+# sysdeps first, so the run says what it installs before it starts. -v: one line per test, so a long file shows
+# progress; the slowest tests are listed at the end (--durations in pyproject.toml).
+test: sysdeps $(STAMP) jars $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
+	$(PY) -m pytest -v $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## run only the fast unit tests
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
@@ -72,7 +81,7 @@ lint: $(STAMP) ## ruff and mypy (strict on bridge/ and projections/)
 	$(VENV)/bin/ruff check bridge projections tests ops bench migrations
 	$(VENV)/bin/mypy bridge projections
 
-demo: $(STAMP) jars ## run the end-to-end demo on embedded defaults
+demo: $(STAMP) jars ## run the end-to-end demo on embedded defaults (starts Kafka and leaves it running: `make down`)
 	$(PY) -m bridge.demo
 
 bench: $(STAMP) jars ## run the benchmark suite; results go to docs/BENCHMARKS.md
