@@ -23,9 +23,10 @@ help: ## show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 	@echo "  Variables: BROKERS=1|3 (make up), PYTEST_ARGS=... (make test), TEST_SQLSERVER_URL=mssql+pyodbc://... (make test)"
 
-# pip's full output is a few hundred lines; show one line per package it fetches and its closing lines.
+# pip's full output is a few hundred lines; show one line per package it fetches, then how many it installs.
 PIP_PROGRESS := awk '/^Collecting /{n++; printf "  %3d %s\n", n, $$2; fflush()} \
-  /^(Installing collected packages|Successfully installed)/{print "  " substr($$0, 1, 110) (length($$0) > 110 ? " ..." : ""); fflush()}'
+  /^Installing collected packages: /{k = split(substr($$0, 32), names, ", "); printf "  installing %d package%s ...\n", k, k == 1 ? "" : "s"; fflush()} \
+  /^Successfully installed /{printf "  installed %d package%s\n", NF - 2, NF == 3 ? "" : "s"; fflush()}'
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || { echo "creating the virtualenv $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
