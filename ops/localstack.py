@@ -407,15 +407,8 @@ def pg_bin() -> Path:
     if not candidates:
         if os.geteuid() != 0:
             raise StackError("PostgreSQL server is not installed: `sudo apt-get install postgresql`, then retry")
-        log("installing PostgreSQL from Debian's packages (first run only)")
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"],
-            check=True,
-            env=env,
-            stdout=subprocess.DEVNULL,
-        )
+        log("installing PostgreSQL from Debian's packages (first run only; its system service left off)")
+        subprocess.run([str(ROOT / "ops" / "apt-install.sh"), "postgresql"], check=True, stdout=subprocess.DEVNULL)
         candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
         if not candidates:
             raise StackError("apt-get installed postgresql but no /usr/lib/postgresql/*/bin/initdb was found")
@@ -551,7 +544,8 @@ def cmd_up(args: argparse.Namespace) -> None:
         if not args.no_spark_jars:
             ensure_jars("spark")
         pg = Postgres()
-        pg.up()
+        if not args.no_postgres:
+            pg.up()
         cluster = KafkaCluster(MAIN_CLUSTER, args.brokers, MAIN_KAFKA_PORT)
         cluster.up()
         env_file = write_env(cluster, pg)
@@ -636,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start PostgreSQL and the Kafka cluster, wait until they answer")
     up.add_argument("--brokers", type=int, default=int(os.environ.get("BROKERS", "1")), choices=[1, 3])
     up.add_argument("--no-spark-jars", action="store_true", help="skip resolving the Spark connector jars")
+    up.add_argument("--no-postgres", action="store_true", help="start only Kafka (the demo's outbox is SQLite)")
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop every process the stack started").set_defaults(func=cmd_down)
     sub.add_parser("status", help="show what runs").set_defaults(func=cmd_status)

@@ -35,6 +35,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say where the services come from before the first test runs, and what is left running afterwards."""
+    local = "the local stack (ops/localstack.py, started when first needed and left running: `make down` stops it)"
+    docker = "testcontainers (a Docker engine answers); stopped at the end"
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        kafka = f"KAFKA_BOOTSTRAP_SERVERS={os.environ['KAFKA_BOOTSTRAP_SERVERS']}"
+    else:
+        kafka = docker if docker_engine_answers() else local
+    if os.environ.get("OUTBOX_DB_URL", "").startswith("postgresql"):
+        postgres = "OUTBOX_DB_URL"
+    else:
+        postgres = docker if docker_engine_answers() else f"{local}; installed from Debian's package when missing"
+    if os.environ.get("TEST_SQLSERVER_URL"):
+        sqlserver = "TEST_SQLSERVER_URL"
+    else:
+        sqlserver = docker if docker_engine_answers() else "none (no TEST_SQLSERVER_URL, no Docker): its tests skip"
+    return [
+        f"kafka: {kafka}; broker-fault tests: a 3-broker local cluster on port {KAFKA3_PORT}, left running",
+        f"postgresql: {postgres}",
+        f"sql server: {sqlserver}",
+    ]
+
+
 # ---------------------------------------------------------------------------------------- service sources
 
 
