@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 BROKERS ?= 1
+SPARK ?=
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed
 # SQL Server tests: Microsoft's ODBC driver from PyPI, registered with unixODBC in ODBC_DIR only.
@@ -21,7 +22,7 @@ export SPARK_LOCAL_IP := 127.0.0.1
 
 help: ## show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
-	@echo "  Variables: BROKERS=1|3 (make up), PYTEST_ARGS=... (make test), TEST_SQLSERVER_URL=mssql+pyodbc://... (make test)"
+	@echo "  Variables: BROKERS=1|3 and SPARK=standalone (make up), PYTEST_ARGS=... (make test), TEST_SQLSERVER_URL=mssql+pyodbc://... (make test)"
 
 # pip's full output is a few hundred lines; show one line per package it fetches, then how many it installs.
 PIP_PROGRESS := awk '/^Collecting /{n++; printf "  %3d %s\n", n, $$2; fflush()} \
@@ -61,11 +62,13 @@ mssql-driver: $(STAMP) ## SQL Server tests: unixODBC (apt), pyodbc and Microsoft
 jars: $(STAMP) ## resolve the Kafka broker, Spark Kafka connector and Delta jars into .cache/jars
 	$(PY) ops/localstack.py jars kafka spark
 
-up: $(STAMP) ## start Kafka (BROKERS=1 or 3) and PostgreSQL on loopback; writes .run/stack.env
+up: $(STAMP) ## start Kafka (BROKERS=1 or 3) and PostgreSQL on loopback; writes .run/stack.env (SPARK=standalone: a Spark cluster too)
 	$(PY) ops/localstack.py up --brokers $(BROKERS)
+	@if [ "$(SPARK)" = standalone ]; then $(PY) ops/sparkcluster.py up; \
+	elif [ -n "$(SPARK)" ]; then echo "SPARK=$(SPARK) is not known; use SPARK=standalone (a master and two workers on 127.0.0.1)" >&2; exit 2; fi
 
-down: ## stop every process the local stack started
-	@if [ -x $(PY) ]; then $(PY) ops/localstack.py down; else $(PYTHON) ops/localstack.py down; fi
+down: ## stop every process the local stack started (and the Spark cluster of SPARK=standalone)
+	@if [ -x $(PY) ]; then $(PY) ops/sparkcluster.py down; $(PY) ops/localstack.py down; else $(PYTHON) ops/localstack.py down; fi
 
 status: $(STAMP) ## show which stack processes run
 	$(PY) ops/localstack.py status
