@@ -88,7 +88,7 @@ def head() -> str:
 
 
 @contextmanager
-def _connected(url: str | URL, doing: str) -> Iterator[Connection]:
+def connected(url: str | URL, doing: str) -> Iterator[Connection]:
     """One connection in one transaction: on PostgreSQL and SQL Server a failed migration leaves nothing."""
     parsed = parse_url(url)
     try:
@@ -109,7 +109,7 @@ def _connected(url: str | URL, doing: str) -> Iterator[Connection]:
 
 def _run_online(url: str | URL, revision: str, *, down: bool) -> None:
     config = alembic_config()
-    with _connected(url, f"migrating the outbox schema to {revision}") as conn:
+    with connected(url, f"migrating the outbox schema to {revision}") as conn:
         config.attributes["connection"] = conn
         try:
             if down:
@@ -160,7 +160,7 @@ def sql(url_or_dialect: str | URL, revision: str = "head", *, downgrade: bool = 
 
 def current(url: str | URL) -> str | None:
     """The revision the outbox tables at `url` are at, or None when they were never created."""
-    with _connected(url, "reading the outbox schema revision") as conn:
+    with connected(url, "reading the outbox schema revision") as conn:
         return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
 
