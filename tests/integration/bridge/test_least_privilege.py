@@ -7,70 +7,37 @@ import logging
 import secrets
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ProgrammingError
 
-from bridge.cli import main
 from bridge.migrate import upgrade
 from bridge.store.engine import make_engine
 from bridge.store.privileges import excess_rights
-from tests.support import bridge_config, head_seq, insert_events, read_topic, running, start_bridge, wait_until
+from tests.support import (
+    Roles,
+    bridge_config,
+    head_seq,
+    insert_events,
+    least_privilege_roles,
+    login_url,
+    read_topic,
+    running,
+    start_bridge,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
 WARNING = "it needs far fewer rights"
 
 
-@dataclass
-class Roles:
-    """The two group roles of `grants`, and a login in each; URLs carry the logins' passwords."""
-
-    admin_url: str
-    writer: str
-    bridge: str
-    writer_url: str
-    bridge_url: str
-
-    def grant(self, *flags: str) -> None:
-        code = main(["grants", "--db-url", self.admin_url, "--writer-role", self.writer,
-                     "--bridge-role", self.bridge, *flags])
-        assert code == 0
-
-
-def _login_url(admin_url: str, user: str, password: str) -> str:
-    return make_url(admin_url).set(username=user, password=password).render_as_string(hide_password=False)
-
-
 @pytest.fixture()
 def roles(postgres_url: str) -> Iterator[Roles]:
-    suffix = uuid.uuid4().hex[:8]
-    writer, bridge = f"w_{suffix}", f"b_{suffix}"
-    logins = {f"app_{suffix}": writer, f"relay_{suffix}": bridge}
-    passwords = {login: secrets.token_hex(12) for login in logins}
     upgrade(postgres_url)
-    result = Roles(postgres_url, writer, bridge, "", "")
-    result.grant("--no-retention")
-    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        for login, group in logins.items():
-            conn.execute(text(f"CREATE ROLE {login} LOGIN PASSWORD '{passwords[login]}' IN ROLE {group}"))
-    login_of = {group: login for login, group in logins.items()}
-    result.writer_url = _login_url(postgres_url, login_of[writer], passwords[login_of[writer]])
-    result.bridge_url = _login_url(postgres_url, login_of[bridge], passwords[login_of[bridge]])
-    try:
-        yield result
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY(:names)"),
-                         {"names": list(logins)})
-            for role in [*logins, writer, bridge]:
-                conn.execute(text(f"DROP OWNED BY {role}"))
-                conn.execute(text(f"DROP ROLE {role}"))
-        admin.dispose()
+    with least_privilege_roles(postgres_url) as made:
+        yield made
 
 
 def _refused(url: str, statement: str) -> str:
@@ -159,7 +126,7 @@ def test_the_bridge_warns_once_at_start_as_a_superuser_and_names_the_owner_of_do
         with admin.connect() as conn:
             conn.execute(text(f"CREATE ROLE {owner} LOGIN PASSWORD '{password}'"))
             conn.execute(text(f"ALTER TABLE domain_events OWNER TO {owner}"))
-        engine = make_engine(_login_url(roles.admin_url, owner, password))
+        engine = make_engine(login_url(roles.admin_url, owner, password))
         with engine.connect() as conn:
             excess = excess_rights(conn)
         engine.dispose()
