@@ -2,7 +2,9 @@
 
 Configuration comes from flags, then environment variables, then a TOML file (`--config` or
 OUTBOX_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration,
-3 halted on a poison event, 4 unsafe topic, 5 request refused (nothing changed).
+3 halted on a poison event, 4 unsafe topic, 5 request refused (nothing changed), 6 the database refused
+the login (wrong password or unknown user: fix OUTBOX_DB_URL or the role, then start again; not retried).
+TLS to the database that fails verification is a configuration error (2), not retried either.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import logging
 import sys
 from typing import Any
 
-from bridge.errors import ConfigurationError, OutboxError
+from bridge.errors import ConfigurationError, DatabaseLoginError, OutboxError
 
 log = logging.getLogger("bridge.cli")
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_REFUSED = 5
+EXIT_DB_LOGIN = 6
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -287,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     except RefusedError as exc:
         print(f"outbox-bridge: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    except DatabaseLoginError as exc:
+        print(f"outbox-bridge: {exc}", file=sys.stderr)
+        return EXIT_DB_LOGIN
     except ConfigurationError as exc:
         print(f"outbox-bridge: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
