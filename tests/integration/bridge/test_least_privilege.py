@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import ProgrammingError
 
+from bridge.cli import main
 from bridge.migrate import upgrade
 from bridge.store.engine import make_engine
 from bridge.store.privileges import excess_rights
@@ -22,6 +23,7 @@ from tests.support import (
     insert_events,
     least_privilege_roles,
     login_url,
+    persisted_watermark,
     read_topic,
     running,
     start_bridge,
@@ -65,6 +67,12 @@ def test_the_bridge_role_publishes_everything_the_writer_role_appends_and_can_do
 
     seqs = sorted(int(dict(m.headers())["seq"]) for m in read_topic(kafka_bootstrap, config.topic_for("order")))
     assert seqs == list(range(1, 351)) and head_seq(roles.admin_url) == 350, "every event, exactly once"
+
+    # The operator's commands work as the bridge role too: a rewind writes the replay audit (and its id sequence).
+    flags = ["--db-url", roles.bridge_url, "--bootstrap-servers", kafka_bootstrap, "--bridge-name", config.bridge_name]
+    assert main(["status", *flags, "--json"]) == 0
+    assert main(["replay", *flags, "--from-seq", "341", "--yes", "--json"]) == 0
+    assert persisted_watermark(roles.admin_url, config.bridge_name) == 340
 
     for statement in (
         "INSERT INTO domain_events (event_id, aggregate_type, aggregate_id, event_type, payload) "
