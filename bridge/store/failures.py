@@ -132,8 +132,8 @@ def refused_connection(exc: DBAPIError, url: URL) -> OutboxError | None:
                    f"server's certificate, and that certificate must name the host {url.host or 'localhost'}: fix "
                    "OUTBOX_DB_URL, e.g. ?sslmode=verify-full&sslrootcert=/path/to/ca.crt, or the server's certificate")
         return DatabaseTlsError(
-            f"TLS to the database at {where} failed for user {user!r}: {reason}. {fix}. Not retried: start the bridge "
-            "again once fixed"
+            f"TLS to the database at {where} failed for user {user!r}: {reason}. {fix}. Not retried: fix it, "
+            "then start again"
         )
     if any(part in message for part in _LOGIN_REFUSED) or _ROLE_MISSING.search(message):
         return DatabaseLoginError(

@@ -98,19 +98,29 @@ def _run_refused(url: str, kafka_bootstrap: str, tmp_path: Path) -> tuple[int, f
     return code, time.monotonic() - started, process.log_lines(), log_path.read_text()
 
 
+@pytest.mark.parametrize("untrusted", ["signed by another CA", "issued to another host name"])
 def test_an_untrusted_server_certificate_stops_the_bridge_with_one_error_naming_host_and_fix(
-    roles: Roles, local_pg: LocalPostgres, kafka_bootstrap: str, foreign_ca: Path, tmp_path: Path
+    untrusted: str, roles: Roles, local_pg: LocalPostgres, kafka_bootstrap: str, foreign_ca: Path, tmp_path: Path
 ) -> None:
-    url = make_url(local_pg.tls(roles.bridge_url, ca_file=foreign_ca))
-    code, _, lines, _ = _run_refused(url.render_as_string(hide_password=False), kafka_bootstrap, tmp_path)
+    if untrusted == "signed by another CA":
+        url = make_url(local_pg.tls(roles.bridge_url, ca_file=foreign_ca))
+        ca, words = foreign_ca, "certificate verify failed"
+    else:
+        # The stack's CA, but a host name the certificate does not carry (the address is still the server's).
+        plain = make_url(roles.bridge_url)
+        url = make_url(local_pg.tls(plain.set(host="db.wrong.example").update_query_dict(
+            {"hostaddr": plain.host or "127.0.0.1"}).render_as_string(hide_password=False)))
+        ca, words = local_pg.ca_file, 'does not match host name "db.wrong.example"'
+    code, _, lines, raw = _run_refused(url.render_as_string(hide_password=False), kafka_bootstrap, tmp_path)
     assert code == 2, "a configuration error, not retried"
     errors = [line for line in lines if line.get("level") == "error"]
     assert len(errors) == 1, errors
     message = str(errors[0]["msg"])
     assert f"TLS to the database at {url.host}:{url.port} failed for user {url.username!r}" in message
-    assert "certificate verify failed" in message
-    assert f"sslrootcert (now {foreign_ca})" in message and "sslmode=verify-full" in message
+    assert words in message
+    assert f"sslrootcert (now {ca})" in message and "sslmode=verify-full" in message
     assert not [line for line in lines if "retry" in str(line.get("msg"))]
+    assert url.password is not None and url.password not in raw
 
 
 @pytest.mark.parametrize("who", ["wrong password", "unknown user"])
