@@ -1,8 +1,10 @@
-"""`outbox-bridge`: run the daemon, migrate the outbox, show status, check topics.
+"""`outbox-bridge`: run the daemon, migrate the outbox, grant least-privilege roles, show status, check topics.
 
 Configuration comes from flags, then environment variables, then a TOML file (`--config` or
 OUTBOX_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration,
-3 halted on a poison event, 4 unsafe topic, 5 request refused (nothing changed).
+3 halted on a poison event, 4 unsafe topic, 5 request refused (nothing changed), 6 the database refused
+the login (wrong password or unknown user: fix OUTBOX_DB_URL or the role, then start again; not retried).
+TLS to the database that fails verification is a configuration error (2), not retried either.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import logging
 import sys
 from typing import Any
 
-from bridge.errors import ConfigurationError, OutboxError
+from bridge.errors import ConfigurationError, DatabaseLoginError, OutboxError
 
 log = logging.getLogger("bridge.cli")
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_REFUSED = 5
+EXIT_DB_LOGIN = 6
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -74,6 +77,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if url is None:
         url = _config(args).db_url.get_secret_value()
     return migrate_command(url, sql=args.sql, revision=args.revision, downgrade=args.downgrade)
+
+
+def cmd_grants(args: argparse.Namespace) -> int:
+    from bridge import grants
+
+    config = _config(args)
+    url = config.db_url.get_secret_value()
+    dialect = args.dialect or grants.dialect_of(url)
+    retention = config.retention_period is not None if args.grant_delete is None else args.grant_delete
+    plan = grants.RolePlan(dialect=dialect, writer=args.writer_role, bridge=args.bridge_role, schema=args.schema,
+                           retention=retention)
+    if args.sql:
+        sys.stdout.write(grants.render(plan))
+        return 0
+    count = grants.apply(url, plan)
+    print(f"applied {count} statements: {plan.writer} may append events, {plan.bridge} may publish them "
+          f"({'with' if retention else 'without'} DELETE for retention)")
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -192,6 +213,24 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--downgrade", action="store_true", help="downgrade to --revision instead")
     migrate.set_defaults(func=cmd_migrate)
 
+    grants = sub.add_parser(
+        "grants", help="least-privilege roles: an application writer and the bridge (print with --sql, or apply)",
+        description="Create a writer role (INSERT on domain_events and what the seq path needs) and a bridge role "
+                    "(SELECT on domain_events, DELETE only with retention, read-write on its own tables), each with "
+                    "exactly those rights. --sql prints the SQL for a DBA; without it, applies it to OUTBOX_DB_URL, "
+                    "which must then be the outbox's owner. Run after the migrations.")
+    _common(grants)
+    grants.add_argument("--sql", action="store_true", help="print the SQL instead of applying it (works offline)")
+    grants.add_argument("--dialect", choices=["postgresql", "mssql"],
+                        help="SQL for this database (default: the dialect of OUTBOX_DB_URL)")
+    grants.add_argument("--writer-role", default="outbox_writer", help="the application's role (default outbox_writer)")
+    grants.add_argument("--bridge-role", default="outbox_bridge", help="the bridge's role (default outbox_bridge)")
+    grants.add_argument("--schema", help="the outbox's schema (default: public on PostgreSQL, dbo on SQL Server)")
+    grants.add_argument("--retention", dest="grant_delete", action=argparse.BooleanOptionalAction, default=None,
+                        help="grant the bridge DELETE on domain_events for retention and cleanup "
+                             "(default: on when BRIDGE_RETENTION is set)")
+    grants.set_defaults(func=cmd_grants)
+
     status = sub.add_parser("status", help="watermark, head, lag, lease and what holds the horizon back")
     _common(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -251,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     except RefusedError as exc:
         print(f"outbox-bridge: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    except DatabaseLoginError as exc:
+        print(f"outbox-bridge: {exc}", file=sys.stderr)
+        return EXIT_DB_LOGIN
     except ConfigurationError as exc:
         print(f"outbox-bridge: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -23,6 +23,16 @@ class TransientStoreError(StoreError):
     """A database failure worth retrying (connection lost, server restarting, serialization failure)."""
 
 
+class DatabaseLoginError(StoreError):
+    """The database refused the login (wrong password, unknown user, not allowed to connect). Not retried:
+    the same login is refused again until an operator fixes the URL or the role."""
+
+
+class DatabaseTlsError(ConfigurationError):
+    """TLS to the database failed as configured (untrusted certificate, wrong host name, missing CA file,
+    a server without TLS); not retried, since a certificate does not fix itself."""
+
+
 class DuplicateEventError(StoreError):
     """An event with the same event_id is already in the outbox."""
 

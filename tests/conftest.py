@@ -250,6 +250,48 @@ def postgres_url(pg_admin_url: str) -> Iterator[str]:
     admin.dispose()
 
 
+@dataclass(frozen=True)
+class LocalPostgres:
+    """The local stack's PostgreSQL as `ops/localstack.py` runs it: TLS with a certificate for 127.0.0.1 and
+    localhost signed by a CA made per run directory (`ca_file`), passwords (SCRAM) for every role but the
+    stack's superuser `postgres`, whose `admin_url` needs none."""
+
+    admin_url: str
+    ca_file: Path
+
+    def tls(self, url: str, ca_file: Path | None = None) -> str:
+        """`url` verified against the CA (or `ca_file`): sslmode=verify-full."""
+        from sqlalchemy.engine import make_url
+
+        query = {"sslmode": "verify-full", "sslrootcert": str(ca_file or self.ca_file)}
+        return make_url(url).update_query_dict(query).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def local_pg() -> LocalPostgres:
+    """The server of OUTBOX_PG_ADMIN_URL when OUTBOX_PG_SSLROOTCERT names its CA, else the local stack's."""
+    if os.environ.get("OUTBOX_PG_SSLROOTCERT") and os.environ.get("OUTBOX_PG_ADMIN_URL"):
+        return LocalPostgres(os.environ["OUTBOX_PG_ADMIN_URL"], Path(os.environ["OUTBOX_PG_SSLROOTCERT"]))
+    env = local_stack_env()
+    return LocalPostgres(env["OUTBOX_PG_ADMIN_URL"], Path(env["OUTBOX_PG_SSLROOTCERT"]))
+
+
+@pytest.fixture()
+def local_pg_url(local_pg: LocalPostgres) -> Iterator[str]:
+    """A fresh, empty database on `local_pg` for one test (plain URL, as its superuser), dropped afterwards."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(local_pg.admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield make_url(local_pg.admin_url).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
 @pytest.fixture(scope="session")
 def sqlserver_server_url(containers: _Containers) -> str:
     if os.environ.get("TEST_SQLSERVER_URL"):

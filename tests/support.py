@@ -357,3 +357,60 @@ def consume_all(bootstrap: str, topic: str, timeout: float = 120) -> list[Any]:
         return out
     finally:
         consumer.close()
+
+
+# ------------------------------------------------------------------------------- least-privilege roles
+
+
+@dataclass
+class Roles:
+    """The two group roles of `outbox-bridge grants`, and a login in each; URLs carry the logins' passwords."""
+
+    admin_url: str
+    writer: str
+    bridge: str
+    writer_url: str = ""
+    bridge_url: str = ""
+    passwords: dict[str, str] = field(default_factory=dict)
+
+    def grant(self, *flags: str) -> None:
+        """`outbox-bridge grants` applied as the admin, with these flags (e.g. --retention)."""
+        from bridge.cli import main
+
+        code = main(["grants", "--db-url", self.admin_url, "--writer-role", self.writer,
+                     "--bridge-role", self.bridge, *flags])
+        assert code == 0, f"outbox-bridge grants {' '.join(flags)} exited {code}"
+
+
+def login_url(url: str, user: str, password: str) -> str:
+    """`url` logging in as `user` with `password`."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(username=user, password=password).render_as_string(hide_password=False)
+
+
+@contextmanager
+def least_privilege_roles(admin_url: str) -> Iterator[Roles]:
+    """On a migrated outbox: the roles of `outbox-bridge grants` (no retention), a login with a random
+    password in each, all dropped at the end (roles are cluster-wide: names are unique per call)."""
+    suffix = uuid.uuid4().hex[:8]
+    roles = Roles(admin_url, writer=f"w_{suffix}", bridge=f"b_{suffix}")
+    roles.grant("--no-retention")
+    logins = {f"app_{suffix}": roles.writer, f"relay_{suffix}": roles.bridge}
+    roles.passwords = {login: uuid.uuid4().hex for login in logins}
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        for login, group in logins.items():
+            conn.execute(text(f"CREATE ROLE {login} LOGIN PASSWORD '{roles.passwords[login]}' IN ROLE {group}"))
+    roles.writer_url = login_url(admin_url, f"app_{suffix}", roles.passwords[f"app_{suffix}"])
+    roles.bridge_url = login_url(admin_url, f"relay_{suffix}", roles.passwords[f"relay_{suffix}"])
+    try:
+        yield roles
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY(:names)"),
+                         {"names": list(logins)})
+            for role in [*logins, roles.writer, roles.bridge]:
+                conn.execute(text(f"DROP OWNED BY {role}"))
+                conn.execute(text(f"DROP ROLE {role}"))
+        admin.dispose()

@@ -8,6 +8,7 @@ everything, a reader over a fault proxy) pass them here, or build `BridgeDaemon`
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -26,7 +27,10 @@ from bridge.store.failures import store_error
 from bridge.store.invariants import check_never_skip
 from bridge.store.maintenance import cleanup
 from bridge.store.offsets import OffsetStore
+from bridge.store.privileges import FIX, excess_rights
 from bridge.store.reader import OutboxReader
+
+log = logging.getLogger("bridge.daemon")
 
 #: Makes a publisher from librdkafka settings and the daemon's delivery callback (`KafkaPublisher`).
 PublisherFactory = Callable[[dict[str, Any], OnDelivery], Publisher]
@@ -54,12 +58,18 @@ def build_daemon(
     )
 
     def check_outbox() -> None:
-        """Refuse to lead an outbox whose seq path no longer takes the horizon stamp first."""
+        """Refuse to lead an outbox whose seq path no longer takes the horizon stamp first; warn when the
+        login could do far more than publish."""
         try:
             with engine.connect() as conn:
                 check_never_skip(conn)
+            with engine.connect() as conn:
+                excess = excess_rights(conn)
         except DBAPIError as exc:
-            raise store_error(exc, "checking the outbox's seq path") from exc
+            raise store_error(exc, "checking the outbox's seq path and the login's rights") from exc
+        if excess is not None:
+            log.warning(f"the bridge runs as {excess.login!r}, {excess.why}: it needs far fewer rights; {FIX}",
+                        extra={"login": excess.login, "why": excess.why})
 
     retention = config.retention_section
 

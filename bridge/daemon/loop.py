@@ -35,7 +35,14 @@ from bridge.daemon.leadership import Leadership
 from bridge.daemon.poison import PRODUCER_MAX_MESSAGE_BYTES, PoisonGate
 from bridge.daemon.retention import Retention
 from bridge.daemon.status import holder_age_s, report
-from bridge.errors import FencedError, PoisonEventError, TopicSafetyError, TransientStoreError
+from bridge.errors import (
+    DatabaseLoginError,
+    DatabaseTlsError,
+    FencedError,
+    PoisonEventError,
+    TopicSafetyError,
+    TransientStoreError,
+)
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, Publisher
 from bridge.kafka.topics import TopicChecker
 from bridge.metrics import BridgeMetrics
@@ -50,6 +57,10 @@ EXIT_OK = 0
 EXIT_DAMAGED = 2
 EXIT_POISON = 3
 EXIT_UNSAFE = 4
+#: TLS to the database failed as configured: a configuration error, not retried.
+EXIT_CONFIGURATION = 2
+#: The database refused the login (wrong password, unknown user): not retried, see `DatabaseLoginError`.
+EXIT_DB_LOGIN = 6
 
 #: Delivery errors about the records, not the cluster: sending them again fails again. The broker
 #: refuses a whole batch, so each record it named is sent again alone (after everything before it is
@@ -197,6 +208,13 @@ class BridgeDaemon:
                     self.last_error = str(exc)
                     log.error("the outbox's seq path is damaged; not publishing", extra={"error": str(exc)})
                     return EXIT_DAMAGED
+                except (DatabaseLoginError, DatabaseTlsError) as exc:
+                    # Retrying cannot help until someone fixes the URL, the role or the certificate, and a
+                    # login retried at full speed can lock the account: stop, with a code that says why.
+                    code = EXIT_DB_LOGIN if isinstance(exc, DatabaseLoginError) else EXIT_CONFIGURATION
+                    self.last_error = str(exc)
+                    log.error(str(exc), extra={"exit_code": code})
+                    return code
             return EXIT_OK
         finally:
             self._ready.clear()
@@ -269,6 +287,14 @@ class BridgeDaemon:
             # Another instance may lead now: drop what is queued and in flight at once, wait for nothing.
             publisher.close(0)
             reader.close()
+            raise
+        except (DatabaseLoginError, DatabaseTlsError):
+            # A new connection was refused mid-run: nothing can be persisted, so stop as at start. The lease
+            # runs out and a standby with a working login takes over from the last persisted watermark.
+            self._flush_published()
+            publisher.close(0)
+            reader.close()
+            self.leadership.lost()
             raise
 
     def _checkpoint(self, tracker: AckTracker, reader: OutboxReader, publisher: Publisher) -> Publisher:
