@@ -27,6 +27,7 @@ from bridge.daemon import BridgeDaemon, build_daemon
 from bridge.store.engine import make_engine
 from bridge.store.offsets import OffsetRow, OffsetStore
 from bridge.store.reader import Batch, TailReader
+from tests.dialects import writer_sql
 
 
 class Tail:
@@ -116,11 +117,6 @@ def insert_events(db_url: str, count: int, aggregate_type: str = "order", aggreg
 #: Share of transactions that draw their seqs, then wait 50-500 ms before committing while later ones commit.
 LATE_SHARE = 0.3
 
-_INSERT_RETURNING = text(
-    "INSERT INTO domain_events (event_id, aggregate_type, aggregate_id, event_type, payload) "
-    "VALUES (:event_id, 'order', :aggregate_id, 'OrderPlaced', :payload) RETURNING seq"
-)
-
 
 @dataclass
 class Ledger:
@@ -144,9 +140,9 @@ class Ledger:
 
 def _insert(conn: Connection, rng: random.Random, aggregates: int) -> tuple[int, str]:
     event_id = f"e-{uuid.uuid4().hex}"
-    seq = conn.execute(_INSERT_RETURNING, {"event_id": event_id, "aggregate_id": f"a-{rng.randrange(aggregates)}",
-                                           "payload": json.dumps({"n": rng.randrange(1000)})}).scalar_one()
-    return int(seq), event_id
+    seq = writer_sql(conn).insert(conn, event_id, "order", f"a-{rng.randrange(aggregates)}",
+                                  json.dumps({"n": rng.randrange(1000)}), event_type="OrderPlaced")
+    return seq, event_id
 
 
 def _write(url: str, rng: random.Random, deadline: float, ledger: Ledger, aggregates: int) -> None:
@@ -171,7 +167,8 @@ def _write(url: str, rng: random.Random, deadline: float, ledger: Ledger, aggreg
 
 def write_out_of_seq_order(url: str, writers: int, seconds: float, aggregates: int) -> Ledger:
     """`writers` threads insert 'order' events for `seconds` over `aggregates` aggregates (a-0, a-1, ...),
-    directly into the database, some transactions committing after later seqs'; never a rollback."""
+    directly into the database (PostgreSQL or SQL Server: `tests.dialects`), some transactions committing
+    after later seqs'; never a rollback."""
     ledger = Ledger(seed=random.randrange(1 << 30))
     deadline = time.monotonic() + seconds
     threads = [threading.Thread(target=_write, args=(url, random.Random(ledger.seed + i), deadline, ledger,
