@@ -23,6 +23,12 @@ class TransientStoreError(StoreError):
     """A database failure worth retrying (connection lost, server restarting, serialization failure)."""
 
 
+class NotMigratedError(ConfigurationError, StoreError):
+    """The outbox tables are missing or older than this bridge: run `outbox-bridge migrate` first.
+
+    A configuration error (exit 2, never retried), raised where a store error would be."""
+
+
 class DuplicateEventError(StoreError):
     """An event with the same event_id is already in the outbox."""
 

@@ -27,6 +27,7 @@ from bridge.store.invariants import check_never_skip
 from bridge.store.maintenance import cleanup
 from bridge.store.offsets import OffsetStore
 from bridge.store.reader import OutboxReader
+from bridge.store.revision import check_migrated
 
 #: Makes a publisher from librdkafka settings and the daemon's delivery callback (`KafkaPublisher`).
 PublisherFactory = Callable[[dict[str, Any], OnDelivery], Publisher]
@@ -54,9 +55,11 @@ def build_daemon(
     )
 
     def check_outbox() -> None:
-        """Refuse to lead an outbox whose seq path no longer takes the horizon stamp first."""
+        """Refuse to lead an outbox that was never migrated, or whose seq path no longer takes the horizon
+        stamp first."""
         try:
             with engine.connect() as conn:
+                check_migrated(conn)
                 check_never_skip(conn)
         except DBAPIError as exc:
             raise store_error(exc, "checking the outbox's seq path") from exc

@@ -35,7 +35,7 @@ from bridge.daemon.leadership import Leadership
 from bridge.daemon.poison import PRODUCER_MAX_MESSAGE_BYTES, PoisonGate
 from bridge.daemon.retention import Retention
 from bridge.daemon.status import holder_age_s, report
-from bridge.errors import FencedError, PoisonEventError, TopicSafetyError, TransientStoreError
+from bridge.errors import FencedError, NotMigratedError, PoisonEventError, TopicSafetyError, TransientStoreError
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, Publisher
 from bridge.kafka.topics import TopicChecker
 from bridge.metrics import BridgeMetrics
@@ -48,6 +48,8 @@ log = logging.getLogger("bridge.daemon")
 EXIT_OK = 0
 #: The outbox's seq path is damaged (see bridge.store.invariants); the same code as a configuration error.
 EXIT_DAMAGED = 2
+#: The outbox tables are missing or at an older revision: `outbox-bridge migrate`, then start again.
+EXIT_NOT_MIGRATED = 2
 EXIT_POISON = 3
 EXIT_UNSAFE = 4
 
@@ -197,6 +199,12 @@ class BridgeDaemon:
                     self.last_error = str(exc)
                     log.error("the outbox's seq path is damaged; not publishing", extra={"error": str(exc)})
                     return EXIT_DAMAGED
+                except NotMigratedError as exc:
+                    # Not retried: no amount of waiting creates the tables.
+                    self.last_error = str(exc)
+                    log.error("the outbox database is not migrated; run `outbox-bridge migrate`",
+                              extra={"error": str(exc)})
+                    return EXIT_NOT_MIGRATED
             return EXIT_OK
         finally:
             self._ready.clear()

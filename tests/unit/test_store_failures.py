@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 
-from bridge.errors import StoreError, TransientStoreError
+from bridge.errors import ConfigurationError, NotMigratedError, StoreError, TransientStoreError
 from bridge.store.failures import is_transient, sqlstate, store_error
 
 pytestmark = pytest.mark.unit
@@ -82,3 +82,20 @@ def test_a_statement_timeout_stops_with_the_setting_to_change_because_a_retry_ti
     translated = store_error(error, "reading domain_events after seq 7")
     assert not isinstance(translated, TransientStoreError)
     assert "statement_timeout" in str(translated) and "BRIDGE_READ_BATCH_SIZE" in str(translated)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        wrap(OperationalError, Exception("no such table: bridge_offsets")),  # sqlite3: no SQLSTATE
+        wrap(ProgrammingError, PsycopgLike('relation "bridge_offsets" does not exist', "42P01")),
+        wrap(ProgrammingError, PsycopgLike('column "status_json" does not exist', "42703")),
+        wrap(ProgrammingError, Exception("42S02", "[42S02] Invalid object name 'bridge_offsets'. (208)")),
+    ],
+)
+def test_a_missing_table_is_not_retried_but_names_outbox_bridge_migrate(error: DBAPIError) -> None:
+    assert not is_transient(error)
+    translated = store_error(error, "reading bridge_offsets")
+    assert isinstance(translated, NotMigratedError) and isinstance(translated, ConfigurationError)
+    assert "not migrated" in str(translated) and "outbox-bridge migrate" in str(translated)
+    assert "retry" not in str(translated)
