@@ -172,11 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(run)
     run.add_argument("--max-in-flight", dest="max_in_flight", type=int,
                      help="events sent but not yet below the watermark (BRIDGE_MAX_IN_FLIGHT)")
-    run.add_argument("--metrics-port", dest="metrics_port", type=int, help="port of /metrics; 0 disables")
+    run.add_argument("--metrics-port", dest="metrics_port", type=int,
+                     help="port of /metrics, /healthz and /readyz; 0 disables (BRIDGE_METRICS_PORT)")
     run.add_argument("--poison-policy", dest="poison_policy", choices=["halt", "dead-letter"],
                      help="what to do with a row that can never be published (BRIDGE_POISON_POLICY)")
     run.add_argument("--allow-single-broker", dest="allow_single_broker", action="store_const", const=True,
-                     help="accept replication factor 1 on a one-broker development cluster")
+                     help="accept replication factor 1 on a one-broker development cluster "
+                     "(BRIDGE_ALLOW_SINGLE_BROKER)")
     run.add_argument("--retention", dest="retention", metavar="DURATION",
                      help="delete published rows older than DURATION (90m, 12h, 7d), never above the watermark, "
                      "every BRIDGE_RETENTION_INTERVAL_S; unset keeps every row (BRIDGE_RETENTION)")
