@@ -81,6 +81,12 @@ def is_statement_timeout(exc: DBAPIError) -> bool:
     return any(code == timeout_code and words in message for timeout_code, words in _STATEMENT_TIMEOUTS)
 
 
+def is_permission_denied(exc: DBAPIError) -> bool:
+    """True when the login lacks a privilege for the statement (PostgreSQL 42501, SQL Server error 229)."""
+    message = str(exc.orig).lower()
+    return sqlstate(exc) == "42501" or "permission denied" in message or "(229)" in message
+
+
 def is_missing_schema(exc: DBAPIError) -> bool:
     """True when the statement named a table or column the database does not have (not migrated)."""
     message = str(exc.orig).lower()
