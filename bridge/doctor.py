@@ -78,11 +78,11 @@ class _Findings:
     topics: list[str] = field(default_factory=list)
 
 
-class _NoAnswer(Exception):
-    pass
+class NoAnswer(Exception):
+    """A check did not finish within its time."""
 
 
-def _bounded(function: Callable[[], list[Check]], timeout: float) -> list[Check]:
+def bounded(function: Callable[[], list[Check]], timeout: float) -> list[Check]:
     """Run one check in a daemon thread and give up after `timeout` seconds (the thread is left behind;
     the command exits soon after, so it cannot hold anything up)."""
     result: list[list[Check]] = []
@@ -98,7 +98,7 @@ def _bounded(function: Callable[[], list[Check]], timeout: float) -> list[Check]
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        raise _NoAnswer(f"no answer within {timeout:g}s")
+        raise NoAnswer(f"no answer within {timeout:g}s")
     if failure:
         raise failure[0]
     return result[0]
@@ -141,8 +141,8 @@ class BridgeDoctor:
                     checks.append(Check(name, Verdict.SKIPPED, f"not checked: {reason}"))
                     continue
                 try:
-                    checks.extend(_bounded(step, self.timeout_s))
-                except _NoAnswer as exc:
+                    checks.extend(bounded(step, self.timeout_s))
+                except NoAnswer as exc:
                     checks.append(Check(name, Verdict.FAILED, f"{exc}", _NO_ANSWER_FIX.get(name, _NO_ANSWER_FIX[""])))
                 except (OutboxError, DBAPIError, KafkaException) as exc:
                     checks.append(Check(name, Verdict.FAILED, _first_line(exc), _fix_for(name)))
