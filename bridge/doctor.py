@@ -226,7 +226,7 @@ class BridgeDoctor:
         now = datetime.now(UTC)
         renewed = f"renewed {_ago(row.heartbeat_at, now)}" if row.heartbeat_at else "never renewed"
         if row.owner and row.lease_expires_at and row.lease_expires_at > now:
-            since = row.status.get("leading_since") or row.status.get("started_at")
+            since = row.status.get("leading_since")
             held = f" since {since}" if since else ""
             return [Check("lease", Verdict.OK, f"held by {row.owner} (epoch {row.epoch}){held}, {renewed}, "
                           f"expires in {(row.lease_expires_at - now).total_seconds():.1f}s")]

@@ -442,8 +442,10 @@ class BridgeDaemon:
     # ------------------------------------------------------------------------------------- persist
 
     def _status(self, tracker: AckTracker, reader: OutboxReader) -> dict[str, Any]:
+        since = self.leadership.since
         return report(tracker, reader, self.metrics, instance=self.instance_id, holes_settled=self.holes_settled,
-                      rewinds_applied=self.rewinds_applied, last_error=self.last_error)
+                      rewinds_applied=self.rewinds_applied, last_error=self.last_error,
+                      leading_since=since.isoformat(timespec="seconds") if since else None)
 
     def _persist(self, tracker: AckTracker, reader: OutboxReader, *, allow_lower: bool = False) -> None:
         status = self._status(tracker, reader)

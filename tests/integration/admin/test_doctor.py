@@ -56,7 +56,7 @@ def test_a_healthy_bridge_on_a_three_broker_cluster_is_all_ok_and_exits_0(
     assert {"database", "schema revision", "never-skip seq path", "privileges", "lease", "watermark", "horizon",
             "retention", "kafka", "topics", "acls"} <= names
     lease = next(c for c in checks if c.name == "lease")
-    assert "held by" in lease.summary
+    assert "held by" in lease.summary and " since 20" in lease.summary
     topic = config.topic_for("order")
     assert any(topic in c.summary and "replication factor 3" in c.summary for c in checks if c.name == "topics")
     AdminClient({"bootstrap.servers": kafka_cluster3.bootstrap}).delete_topics([topic])
