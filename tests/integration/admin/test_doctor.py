@@ -149,3 +149,30 @@ def test_a_database_that_does_not_answer_is_reported_not_waited_for(sqlite_url: 
         assert time.monotonic() - started < 20
     [database] = _failed(checks, "database")
     assert "OUTBOX_DB_URL" in (database.fix or "")
+
+
+def test_a_login_that_may_not_read_the_revision_is_warned_about_and_still_runs(
+    postgres_url: str, kafka_bootstrap: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bridge.store.revision import check_migrated
+
+    upgrade(postgres_url)
+    role = f"doctor_{uuid.uuid4().hex[:8]}"
+    _execute(postgres_url, f"CREATE ROLE {role} LOGIN PASSWORD 'pw'",
+             f"GRANT SELECT ON domain_events, bridge_replay_audit, bridge_offsets TO {role}",
+             f"GRANT INSERT, UPDATE ON bridge_offsets TO {role}", f"GRANT UPDATE ON bridge_replay_audit TO {role}")
+    try:
+        url = make_url(postgres_url).set(username=role, password="pw").render_as_string(hide_password=False)
+        engine = create_engine(url)
+        with engine.connect() as conn:
+            check_migrated(conn)  # the tables are there: not refused
+            assert conn.execute(text("SELECT count(*) FROM domain_events")).scalar() == 0  # transaction intact
+        engine.dispose()
+        code, checks = _doctor(bridge_config(url, kafka_bootstrap), capsys)
+        revision = next(c for c in checks if c.name == "schema revision")
+        assert revision.verdict is Verdict.WARNING and "SELECT on outbox_alembic_version" in (revision.fix or "")
+        [privileges] = _failed(checks, "privileges")
+        assert "SELECT on outbox_alembic_version" in privileges.summary
+        assert code == 1
+    finally:
+        _execute(postgres_url, f"DROP OWNED BY {role}", f"DROP ROLE {role}")
