@@ -338,11 +338,14 @@ class BridgeDoctor:
         brokers = len(metadata.brokers)
         check = Check("kafka", Verdict.OK, f"reachable at {self.config.bootstrap_servers}: {brokers} broker(s), "
                       f"cluster {metadata.cluster_id}")
-        if brokers < self.config.replication_factor and not self.config.allow_single_broker:
+        policy = TopicPolicy(self.config.topic_partitions, self.config.replication_factor,
+                             self.config.allow_single_broker)
+        if policy.effective_replication(brokers) > brokers:
             return [check, Check("kafka", Verdict.FAILED,
                                  f"{brokers} broker(s), fewer than BRIDGE_REPLICATION_FACTOR="
                                  f"{self.config.replication_factor}: the bridge cannot create safe topics",
-                                 "add brokers, or for development set BRIDGE_ALLOW_SINGLE_BROKER=true")]
+                                 "add brokers, or lower BRIDGE_REPLICATION_FACTOR; for a one-broker development "
+                                 "cluster set BRIDGE_ALLOW_SINGLE_BROKER=true")]
         return [check]
 
     def _event_topics(self) -> list[str]:
@@ -366,10 +369,16 @@ class BridgeDoctor:
         if dead_letter:
             topics.append(config.dlq_topic_name)
         self._found.topics = topics
-        if not topics:
+        if not self._found.migrated:
+            checks = [Check("topics", Verdict.SKIPPED, "the outbox could not be read, so its event topics are not "
+                            "known")]
+            if not topics:
+                return checks
+        elif not topics:
             return [Check("topics", Verdict.OK, "no events yet, so no topic to check; each is checked (and created "
                           "if allowed) before its first event")]
-        checks = []
+        else:
+            checks = []
         for topic in topics:
             report = guard.check(topic)
             if not report.exists:
