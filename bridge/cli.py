@@ -1,10 +1,12 @@
-"""`outbox-bridge`: run the daemon, migrate the outbox, grant least-privilege roles, show status, check topics.
+"""`outbox-bridge`: run the daemon, migrate the outbox, grant least-privilege roles, show status, check topics,
+check everything (doctor).
 
 Configuration comes from flags, then environment variables, then a TOML file (`--config` or
-OUTBOX_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration,
-3 halted on a poison event, 4 unsafe topic, 5 request refused (nothing changed), 6 the database refused
-the login (wrong password or unknown user: fix OUTBOX_DB_URL or the role, then start again; not retried).
-TLS to the database that fails verification is a configuration error (2), not retried either.
+OUTBOX_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration (a database
+that is not migrated, or TLS to it that fails verification, included), 3 halted on a poison event, 4 unsafe
+topic, 5 request refused (nothing changed), 6 the database refused the login (wrong password or unknown
+user: fix OUTBOX_DB_URL or the role, then start again; not retried); `doctor` exits 1 when a check failed.
+New here? Start with `outbox-bridge doctor`.
 """
 
 from __future__ import annotations
@@ -109,6 +111,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from bridge.doctor import doctor_command
+
+    return doctor_command(_config(args), args.json)
+
+
 def cmd_topics(args: argparse.Namespace) -> int:
     from bridge.status import topics_command
 
@@ -193,11 +201,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(run)
     run.add_argument("--max-in-flight", dest="max_in_flight", type=int,
                      help="events sent but not yet below the watermark (BRIDGE_MAX_IN_FLIGHT)")
-    run.add_argument("--metrics-port", dest="metrics_port", type=int, help="port of /metrics; 0 disables")
+    run.add_argument("--metrics-port", dest="metrics_port", type=int,
+                     help="port of /metrics, /healthz and /readyz; 0 disables (BRIDGE_METRICS_PORT)")
     run.add_argument("--poison-policy", dest="poison_policy", choices=["halt", "dead-letter"],
                      help="what to do with a row that can never be published (BRIDGE_POISON_POLICY)")
     run.add_argument("--allow-single-broker", dest="allow_single_broker", action="store_const", const=True,
-                     help="accept replication factor 1 on a one-broker development cluster")
+                     help="accept replication factor 1 on a one-broker development cluster "
+                     "(BRIDGE_ALLOW_SINGLE_BROKER)")
     run.add_argument("--retention", dest="retention", metavar="DURATION",
                      help="delete published rows older than DURATION (90m, 12h, 7d), never above the watermark, "
                      "every BRIDGE_RETENTION_INTERVAL_S; unset keeps every row (BRIDGE_RETENTION)")
@@ -235,6 +245,23 @@ def build_parser() -> argparse.ArgumentParser:
     _common(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=cmd_status)
+
+    doctor = sub.add_parser(
+        "doctor", help="check everything the bridge depends on; exit 1 if anything failed",
+        description="Checks, each bounded in time, and says what to do about each problem: the database "
+                    "(reachable, migrated to the newest revision, the never-skip seq path, the login's privileges), "
+                    "the lease, the watermark against the head, what holds the horizon back, retention, and Kafka "
+                    "(reachable with the configured settings, topics safe, ACLs). Exits 1 if any check failed "
+                    "(warnings do not), so it can gate a deployment.")
+    _common(doctor)
+    doctor.add_argument("--poison-policy", dest="poison_policy", choices=["halt", "dead-letter"],
+                        help="as for run: dead-letter also checks the dead-letter topic (BRIDGE_POISON_POLICY)")
+    doctor.add_argument("--allow-single-broker", dest="allow_single_broker", action="store_const", const=True,
+                        help="as for run (BRIDGE_ALLOW_SINGLE_BROKER)")
+    doctor.add_argument("--retention", dest="retention", metavar="DURATION",
+                        help="as for run: also checks the DELETE privilege and overdue rows (BRIDGE_RETENTION)")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.set_defaults(func=cmd_doctor)
 
     topics = sub.add_parser("topics", help="check or fix the safety settings of the bridge's topics")
     _common(topics)

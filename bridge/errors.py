@@ -33,6 +33,12 @@ class DatabaseTlsError(ConfigurationError):
     a server without TLS); not retried, since a certificate does not fix itself."""
 
 
+class NotMigratedError(ConfigurationError, StoreError):
+    """The outbox tables are missing or older than this bridge: run `outbox-bridge migrate` first.
+
+    A configuration error (exit 2, never retried), raised where a store error would be."""
+
+
 class DuplicateEventError(StoreError):
     """An event with the same event_id is already in the outbox."""
 

@@ -22,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 
 from bridge.errors import ConfigurationError
+from bridge.migrate import VERSION_TABLE
 from bridge.schema import MSSQL_SEQ_SEQUENCE, MSSQL_TICKETS, SEQ_FUNCTION, SEQ_SEQUENCE
 
 DIALECTS: Final = ("postgresql", "mssql")
@@ -126,6 +127,8 @@ def _postgres(plan: RolePlan) -> list[Statement]:
                   f"TO {bridge}", "bridge: its watermark and lease, and the replay audit"),
         Statement(f"GRANT USAGE ON SEQUENCE {s}.{AUDIT_ID_SEQUENCE} TO {bridge}",
                   "bridge: ids of replay audit rows (outbox-bridge replay)"),
+        Statement(f"GRANT SELECT ON TABLE {s}.{VERSION_TABLE} TO {bridge}",
+                  "bridge: the migration revision it checks at start (and `doctor` reports)"),
     ]
     return out
 
@@ -166,6 +169,8 @@ def _mssql(plan: RolePlan) -> list[Statement]:
                   "bridge: its watermark and lease, and the replay audit" if n == 0 else "")
         for n, table in enumerate(BRIDGE_TABLES)
     ]
+    out.append(Statement(f"GRANT SELECT ON OBJECT::[{s}].[{VERSION_TABLE}] TO {bridge}",
+                         "bridge: the migration revision it checks at start (and `doctor` reports)"))
     return out
 
 

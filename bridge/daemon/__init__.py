@@ -13,6 +13,6 @@ The collaborators decide and never call back into the loop; the pure rules they 
 """
 
 from bridge.daemon.assemble import build_daemon
-from bridge.daemon.loop import EXIT_DAMAGED, EXIT_OK, EXIT_POISON, EXIT_UNSAFE, BridgeDaemon
+from bridge.daemon.loop import EXIT_DAMAGED, EXIT_NOT_MIGRATED, EXIT_OK, EXIT_POISON, EXIT_UNSAFE, BridgeDaemon
 
-__all__ = ["EXIT_DAMAGED", "EXIT_OK", "EXIT_POISON", "EXIT_UNSAFE", "BridgeDaemon", "build_daemon"]
+__all__ = ["EXIT_DAMAGED", "EXIT_NOT_MIGRATED", "EXIT_OK", "EXIT_POISON", "EXIT_UNSAFE", "BridgeDaemon", "build_daemon"]

@@ -29,6 +29,7 @@ from bridge.store.maintenance import cleanup
 from bridge.store.offsets import OffsetStore
 from bridge.store.privileges import FIX, excess_rights
 from bridge.store.reader import OutboxReader
+from bridge.store.revision import check_migrated
 
 log = logging.getLogger("bridge.daemon")
 
@@ -58,10 +59,11 @@ def build_daemon(
     )
 
     def check_outbox() -> None:
-        """Refuse to lead an outbox whose seq path no longer takes the horizon stamp first; warn when the
-        login could do far more than publish."""
+        """Refuse to lead an outbox that was never migrated, or whose seq path no longer takes the horizon
+        stamp first; warn when the login could do far more than publish."""
         try:
             with engine.connect() as conn:
+                check_migrated(conn)
                 check_never_skip(conn)
             with engine.connect() as conn:
                 excess = excess_rights(conn)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from bridge.metrics import BridgeMetrics
@@ -29,6 +30,8 @@ class Leadership:
         self.lease_timeout_s = lease_timeout_s
         self._metrics = metrics
         self.lease: Lease | None = None
+        #: When this instance took the lease it holds (wall clock, UTC), for `status` and `doctor`.
+        self.since: datetime | None = None
         self._deadline = 0.0
 
     @property
@@ -78,11 +81,13 @@ class Leadership:
     def lost(self) -> None:
         """Stop counting on the lease (given up, lost, or stopped)."""
         self.lease = None
+        self.since = None
         self._deadline = 0.0
         self._metrics.is_leader.set(0)
 
     def _took(self, lease: Lease, started: float) -> None:
         self.lease = lease
+        self.since = datetime.now(UTC)
         self._deadline = started + self.lease_timeout_s
         self._metrics.is_leader.set(1)
         self._metrics.epoch.set(lease.epoch)

@@ -39,6 +39,7 @@ from bridge.errors import (
     DatabaseLoginError,
     DatabaseTlsError,
     FencedError,
+    NotMigratedError,
     PoisonEventError,
     TopicSafetyError,
     TransientStoreError,
@@ -55,6 +56,8 @@ log = logging.getLogger("bridge.daemon")
 EXIT_OK = 0
 #: The outbox's seq path is damaged (see bridge.store.invariants); the same code as a configuration error.
 EXIT_DAMAGED = 2
+#: The outbox tables are missing or at an older revision: `outbox-bridge migrate`, then start again.
+EXIT_NOT_MIGRATED = 2
 EXIT_POISON = 3
 EXIT_UNSAFE = 4
 #: TLS to the database failed as configured: a configuration error, not retried.
@@ -215,6 +218,12 @@ class BridgeDaemon:
                     self.last_error = str(exc)
                     log.error(str(exc), extra={"exit_code": code})
                     return code
+                except NotMigratedError as exc:
+                    # Not retried: no amount of waiting creates the tables.
+                    self.last_error = str(exc)
+                    log.error("the outbox database is not migrated; run `outbox-bridge migrate`",
+                              extra={"error": str(exc)})
+                    return EXIT_NOT_MIGRATED
             return EXIT_OK
         finally:
             self._ready.clear()
@@ -460,8 +469,10 @@ class BridgeDaemon:
     # ------------------------------------------------------------------------------------- persist
 
     def _status(self, tracker: AckTracker, reader: OutboxReader) -> dict[str, Any]:
+        since = self.leadership.since
         return report(tracker, reader, self.metrics, instance=self.instance_id, holes_settled=self.holes_settled,
-                      rewinds_applied=self.rewinds_applied, last_error=self.last_error)
+                      rewinds_applied=self.rewinds_applied, last_error=self.last_error,
+                      leading_since=since.isoformat(timespec="seconds") if since else None)
 
     def _persist(self, tracker: AckTracker, reader: OutboxReader, *, allow_lower: bool = False) -> None:
         status = self._status(tracker, reader)

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from bridge.kafka.reachability import quiet_client_settings, reachability
 from bridge.records import KafkaRecord
 
 log = logging.getLogger("bridge.kafka.publisher")
@@ -69,12 +70,20 @@ class KafkaPublisher:
         self._closed = False
         # The error callback holds this publisher weakly: a bound method would close a reference cycle
         # (producer -> error_cb -> publisher -> producer) that outlives `close` and keeps the producer alive.
-        self._producer = Producer({**settings, "error_cb": partial(_forward_error, weakref.WeakMethod(self._on_error))})
+        servers = str(settings.get("bootstrap.servers", ""))
+        self._reachability = reachability(servers)
+        self._producer = Producer({
+            **quiet_client_settings(servers),
+            **settings,
+            "error_cb": partial(_forward_error, weakref.WeakMethod(self._on_error)),
+        })
 
     def _on_error(self, err: KafkaError) -> None:
         # Broker down, all brokers down, timeouts: librdkafka keeps retrying within delivery.timeout.ms.
         # A fatal error never comes here: confluent-kafka raises it from poll and flush instead (`_serve`).
-        log.warning("producer error, retrying", extra={"error": err.str(), "code": err.name()})
+        # Unreachable brokers are reported once in a while, not at every reconnect (`reachability`).
+        if not self._reachability.error(err):
+            log.warning("producer error, retrying", extra={"error": err.str(), "code": err.name()})
 
     def send(self, record: KafkaRecord, generation: int) -> None:
         # One partial per record (made in C), not a closure: this runs for every event.

@@ -19,6 +19,7 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.cimpl import NewTopic
 
 from bridge.errors import TopicSafetyError
+from bridge.kafka.reachability import quiet_client_settings
 
 log = logging.getLogger("bridge.kafka.topics")
 
@@ -70,7 +71,7 @@ class TopicGuard:
     """Checks, creates and (where safe) fixes the bridge's topics through the admin API."""
 
     def __init__(self, bootstrap_servers: str, policy: TopicPolicy, timeout: float = 30.0) -> None:
-        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, **quiet_client_settings(bootstrap_servers)})
         self._policy = policy
         self._timeout = timeout
 
@@ -78,6 +79,12 @@ class TopicGuard:
         return len(self._admin.list_topics(timeout=self._timeout).brokers)
 
     def check(self, topic: str) -> TopicReport:
+        try:
+            return self._check(topic)
+        finally:
+            self._admin.poll(0)  # serve the client's log (`quiet_client_settings`), so it never piles up
+
+    def _check(self, topic: str) -> TopicReport:
         metadata = self._admin.list_topics(topic=topic, timeout=self._timeout)
         brokers = len(metadata.brokers)
         described = metadata.topics.get(topic)

@@ -8,7 +8,14 @@ from typing import Final
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from bridge.errors import DatabaseLoginError, DatabaseTlsError, OutboxError, StoreError, TransientStoreError
+from bridge.errors import (
+    DatabaseLoginError,
+    DatabaseTlsError,
+    NotMigratedError,
+    OutboxError,
+    StoreError,
+    TransientStoreError,
+)
 
 # SQLSTATE codes (PostgreSQL, and ODBC for SQL Server) that mean "try again": the connection broke,
 # the server is starting or stopping, or the transaction lost a serialization or deadlock race.
@@ -36,6 +43,17 @@ _STATEMENT_TIMEOUT_FIX: Final = (
     "Server: the driver's query timeout), or read smaller batches (BRIDGE_READ_BATCH_SIZE), then restart"
 )
 
+# A table or column the bridge needs is not there: the database was never migrated, or is at an older
+# revision. SQLite reports it as an OperationalError ("no such table"), which would otherwise read as
+# transient and be retried forever. PostgreSQL: undefined table / column; SQL Server (ODBC): invalid
+# object name / column name.
+_MISSING_SCHEMA_SQLSTATES: Final = frozenset({"42P01", "42703", "42S02", "42S22"})
+_MISSING_SCHEMA_MESSAGES: Final = ("no such table", "no such column", "invalid object name")
+MIGRATE_FIX: Final = (
+    "Run `outbox-bridge migrate` against this database (OUTBOX_DB_URL), or have a DBA apply the DDL of "
+    "`outbox-bridge migrate --sql`, then start again"
+)
+
 
 def sqlstate(exc: DBAPIError) -> str | None:
     """The SQLSTATE the driver reported, if it reports one (psycopg and pyodbc do, sqlite3 does not)."""
@@ -54,7 +72,7 @@ def is_transient(exc: DBAPIError) -> bool:
     """True when retrying the same work on a new transaction may succeed."""
     if exc.connection_invalidated:
         return True
-    if is_statement_timeout(exc):
+    if is_statement_timeout(exc) or is_missing_schema(exc):
         return False
     code = sqlstate(exc)
     message = str(exc.orig).lower()
@@ -72,9 +90,24 @@ def is_statement_timeout(exc: DBAPIError) -> bool:
     return any(code == timeout_code and words in message for timeout_code, words in _STATEMENT_TIMEOUTS)
 
 
+def is_permission_denied(exc: DBAPIError) -> bool:
+    """True when the login lacks a privilege for the statement (PostgreSQL 42501, SQL Server error 229)."""
+    message = str(exc.orig).lower()
+    return sqlstate(exc) == "42501" or "permission denied" in message or "(229)" in message
+
+
+def is_missing_schema(exc: DBAPIError) -> bool:
+    """True when the statement named a table or column the database does not have (not migrated)."""
+    message = str(exc.orig).lower()
+    return sqlstate(exc) in _MISSING_SCHEMA_SQLSTATES or any(part in message for part in _MISSING_SCHEMA_MESSAGES)
+
+
 def store_error(exc: DBAPIError, doing: str) -> StoreError:
-    """A `StoreError` (or `TransientStoreError`) saying what failed and what to do; raise it `from exc`."""
+    """A `StoreError` (`TransientStoreError`, `NotMigratedError`) saying what failed and what to do;
+    raise it `from exc`."""
     reason = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+    if is_missing_schema(exc):
+        return NotMigratedError(f"{doing} failed: {reason}. The outbox database is not migrated. {MIGRATE_FIX}")
     if is_transient(exc):
         return TransientStoreError(
             f"{doing} failed: {reason}. The database is unreachable, restarting or busy; retry, and check "

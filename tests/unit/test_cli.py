@@ -36,6 +36,21 @@ def test_top_level_help_lists_commands_and_exit_codes(capsys) -> None:
     assert "Exit codes" in out
 
 
+def test_every_run_flag_for_a_setting_names_its_environment_variable() -> None:
+    import argparse
+
+    from bridge.cli import build_parser
+    from bridge.config import ENV_NAMES
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    run = sub.choices["run"]
+    flags = [a for a in run._actions if a.dest in ENV_NAMES]
+    assert {"metrics_port", "allow_single_broker"} <= {a.dest for a in flags}
+    for action in flags:
+        assert ENV_NAMES[action.dest] in (action.help or ""), action.option_strings
+
+
 def test_bad_configuration_exits_2_naming_the_setting(capsys, monkeypatch) -> None:
     monkeypatch.setenv("BRIDGE_MAX_IN_FLIGHT", "0")
     assert main(["status", "--db-url", "sqlite:///:memory:"]) == 2

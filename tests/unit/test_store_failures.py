@@ -6,7 +6,14 @@ import pytest
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 
-from bridge.errors import DatabaseLoginError, DatabaseTlsError, StoreError, TransientStoreError
+from bridge.errors import (
+    ConfigurationError,
+    DatabaseLoginError,
+    DatabaseTlsError,
+    NotMigratedError,
+    StoreError,
+    TransientStoreError,
+)
 from bridge.store.failures import is_transient, refused_connection, sqlstate, store_error
 
 pytestmark = pytest.mark.unit
@@ -128,3 +135,20 @@ def test_a_password_echoed_by_a_driver_is_masked() -> None:
     refused = refused_connection(
         wrap(OperationalError, PsycopgLike("password authentication failed (tried hunter2)", None)), URL)
     assert refused is not None and "hunter2" not in str(refused) and "***" in str(refused)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        wrap(OperationalError, Exception("no such table: bridge_offsets")),  # sqlite3: no SQLSTATE
+        wrap(ProgrammingError, PsycopgLike('relation "bridge_offsets" does not exist', "42P01")),
+        wrap(ProgrammingError, PsycopgLike('column "status_json" does not exist', "42703")),
+        wrap(ProgrammingError, Exception("42S02", "[42S02] Invalid object name 'bridge_offsets'. (208)")),
+    ],
+)
+def test_a_missing_table_is_not_retried_but_names_outbox_bridge_migrate(error: DBAPIError) -> None:
+    assert not is_transient(error)
+    translated = store_error(error, "reading bridge_offsets")
+    assert isinstance(translated, NotMigratedError) and isinstance(translated, ConfigurationError)
+    assert "not migrated" in str(translated) and "outbox-bridge migrate" in str(translated)
+    assert "retry" not in str(translated)
