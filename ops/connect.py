@@ -196,8 +196,9 @@ class ConnectWorker:
     def running(self) -> bool:
         return self.pid() is not None
 
-    def start(self, timeout: float = 120.0) -> None:
-        """Start the worker unless it runs; wait until its REST API answers and the Debezium plugin is loaded."""
+    def start(self, timeout: float = 120.0, wait: bool = True) -> None:
+        """Start the worker unless it runs; wait (unless told not to) until its REST API answers and the
+        Debezium plugin is loaded."""
         if not self.running():
             if localstack.port_open(self.rest_port):
                 raise ConnectError(f"port {self.rest_port} is taken by another process; choose another --port")
@@ -210,12 +211,15 @@ class ConnectWorker:
                                         start_new_session=True, cwd=self.home)
             self.pid_file.write_text(str(proc.pid))
             log(f"started worker {self.name} (pid {proc.pid}); REST at {self.url}, log {self.log_file}")
-        self._wait_ready(timeout)
+        if wait:
+            self.wait_ready(timeout)
 
-    def _wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not self.running():
+            # The pid, not the marker: right after the fork the child's command line is still Python's.
+            pid = localstack.read_pid(self.pid_file)
+            if pid is None or not localstack.pid_alive(pid):
                 raise ConnectError(f"worker {self.name} exited during start-up; see {self.log_file}\n{self._tail()}")
             try:
                 plugins = self.request("GET", "/connector-plugins")
@@ -318,6 +322,15 @@ class ConnectWorker:
         except ConnectError as exc:
             if "HTTP 404" not in str(exc):
                 raise
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now, for a worker's REST API."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
 
 
 def workers() -> list[ConnectWorker]:
