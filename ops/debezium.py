@@ -43,8 +43,9 @@ DIFFERENCES: Final[Mapping[str, str]] = {
         "JSON into headers"
     ),
     "timestamp": (
-        "the record timestamp (CreateTime) is the bridge's produce time, and for Debezium the commit time "
-        "of the row's transaction in PostgreSQL (source ts_ms); neither is a field of our format"
+        "the record timestamp (CreateTime) is a relay's clock on both sides, so the values differ: the bridge's is "
+        "when it produced the record, Debezium's a time taken from the change event when the connector handled it; "
+        "neither is the row's occurred_at, and neither is a field of our format"
     ),
 }
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy.engine import make_url
 
@@ -36,12 +36,6 @@ import debezium
 PARTITIONS = 6
 AGGREGATE_TYPES = ("order", "customer")
 CONNECTOR = "outbox"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _dsn(url: str) -> str:
@@ -88,7 +82,7 @@ def _insert(dsn: str, rows: list[dict[str, Any]]) -> None:
 def worker(kafka_bootstrap: str) -> Iterator[connect.ConnectWorker]:
     tag = uuid.uuid4().hex[:8]
     # A fast offset flush so the slot is confirmed during the test; the worker is gone afterwards anyway.
-    worker = connect.ConnectWorker(name=f"connect-t{tag}", bootstrap=kafka_bootstrap, rest_port=_free_port(),
+    worker = connect.ConnectWorker(name=f"connect-t{tag}", bootstrap=kafka_bootstrap, rest_port=connect.free_port(),
                                    offset_flush_ms=5_000)
     try:
         worker.start(timeout=150)
@@ -140,6 +134,7 @@ def test_debezium_publishes_our_record_format_except_the_listed_differences(
             wait_until(lambda: conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s",
                                             (slot,)).fetchone() == (True,), 60, "Debezium's slot to be active")
         rows = _rows(run)
+        written_from_ms = int(time.time() * 1000)
         _insert(dsn, rows)
         bridge = spawn_bridge(bridge_env(postgres_url, kafka_bootstrap, f"t13-{run}",
                                          f"{bridge_prefix}outbox.event.{{aggregate_type}}",
@@ -152,6 +147,7 @@ def test_debezium_publishes_our_record_format_except_the_listed_differences(
         wait_until(lambda: len(published(debezium_prefix)) >= len(rows), 60, "Debezium to publish every row")
         ours = {dict(_headers(m))["event_id"]: m for m in published(bridge_prefix)}
         theirs = {dict(_headers(m))["event_id"]: m for m in published(debezium_prefix)}
+        read_by_ms = int(time.time() * 1000)
     finally:
         if bridge is not None:
             bridge.stop_if_running()
@@ -185,6 +181,10 @@ def test_debezium_publishes_our_record_format_except_the_listed_differences(
         expected_extra = [(k, v.encode()) for k, v in json.loads(row["headers"]).items()] if row["headers"] else []
         assert ours_h[5:] == expected_extra, where
         assert len(theirs_h) == 5, where
+        # Difference "timestamp": each relay's own clock while the test ran, not the row's occurred_at.
+        for message in (mine, peer):
+            kind, stamp = message.timestamp()
+            assert kind == TIMESTAMP_CREATE_TIME and written_from_ms - 1000 <= stamp <= read_by_ms + 1000, where
     assert set(debezium.DIFFERENCES) == {"occurred_at", "row headers", "timestamp"}
 
 
