@@ -8,6 +8,7 @@ it was written against.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -435,6 +436,9 @@ B8_METHOD = [
     "from the first new record to the last (topic high watermarks every 0.1 s). CPU: user+system seconds of "
     "the relay process over the same span (the whole worker JVM for Debezium), per 100,000 events; for "
     "Debezium also PostgreSQL's walsender, which decodes the WAL for it.",
+    "Logical decoding reads the whole server's WAL, whichever database wrote it: on a shared PostgreSQL, other "
+    "databases' writes during a Debezium phase cost it time and walsender CPU that the bridge, which queries "
+    "only its table, does not pay. Run B8 on a quiet server.",
     "Not included: Confluent's JDBC Source connector. It is published only to Confluent's own Maven repository "
     "(packages.confluent.io) under the Confluent Community License, not to Maven Central, so the project's "
     "Maven set-up (Maven Central only) cannot fetch it; and its incrementing mode (`WHERE id > last`) is known "
@@ -447,7 +451,8 @@ def _b8(bench: dict[str, Any], versions: dict[str, Any]) -> str:
     lines = ["## B8: the bridge beside Debezium", "", *(f"{paragraph}\n" for paragraph in B8_METHOD)]
     problem = _failed(b8)
     if problem:
-        return "\n".join([*lines, problem]) + "\n"
+        hint = " yet: `python -m bench.run --only B8` measures it" if problem == "not run" else ""
+        return "\n".join([*lines, *_record_format(None), "", f"{problem[0].upper()}{problem[1:]}{hint}."]) + "\n"
     assert b8 is not None
     dbz, ours = b8["debezium"], b8["bridge"]
     lines += [
@@ -476,12 +481,26 @@ def _b8(bench: dict[str, Any], versions: dict[str, Any]) -> str:
         f"restart the first record came {_n(dbz.get('restart', {}).get('first_record_after_s'), 1)} s after the "
         f"worker was started (bridge: {_n(ours.get('restart', {}).get('first_record_after_s'), 1)} s).",
         "",
-        "Record format: the same topic, key, partition, value bytes and `event_id`, `event_type`, `aggregate_type`, "
-        "`seq` headers; differences the router cannot remove:",
-        "",
-        *(f"- {name}: {text}" for name, text in b8.get("record_format_differences", {}).items()),
+        *_record_format(b8.get("record_format_differences")),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _record_format(differences: dict[str, str] | None) -> list[str]:
+    """The record-format comparison's outcome: from the run, else from ops/debezium.py itself."""
+    if differences is None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ops"))
+        import debezium
+
+        differences = dict(debezium.DIFFERENCES)
+    return [
+        "Record format (the router set up as in `ops/debezium.py`, compared field by field by "
+        "`tests/integration/peers/test_debezium_records.py`): the same topic name, key, partition, value bytes and "
+        "`event_id`, `event_type`, `aggregate_type`, `seq` header bytes, in the same header order. Differences the "
+        "router cannot remove:",
+        "",
+        *(f"- {name}: {text}." for name, text in differences.items()),
+    ]
 
 
 def _analysis(results: dict[str, Any]) -> str:
