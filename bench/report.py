@@ -169,6 +169,21 @@ def _summary(bench: dict[str, Any]) -> str:
         text = ", ".join(f"{s['peak_mb']} MB at {s['events']:,}" for s in sizes.values())
         rows.append(f"| B7 | bridge peak RSS during the drain | {text} | {DASH} | <= 150 MB, flat "
                     f"| {_verdict(b7.get('meets_target'))} |")
+    b8 = bench.get("B8")
+    problem = _failed(b8)
+    if problem:
+        rows.append(f"| B8 | bridge beside warm Debezium | {problem} | | ahead of Debezium (aim 2x) | {DASH} |")
+    else:
+        assert b8 is not None
+        for phase, label in (("backlog", "backlog drain"), ("concurrent", "inserts running concurrently")):
+            ours, theirs = b8["bridge"][phase], b8["debezium"][phase]
+            ratio = b8["bridge_over_debezium"].get(phase)
+            ahead = None if ratio is None else ratio > 1
+            rows.append(
+                f"| B8 | {label} ({b8['events_per_phase']:,} events) | {_n(ours['events_per_s'])} events/s, "
+                f"{_n(ours['relay_cpu_s_per_100k'], 2)} CPU s per 100k | Debezium {_n(theirs['events_per_s'])} "
+                f"events/s, {_n(theirs['relay_cpu_s_per_100k'], 2)} CPU s per 100k | ahead of Debezium (aim 2x; "
+                f"got {DASH if ratio is None else f'{ratio:.2f}x'}) | {_verdict(ahead)} |")
     return "\n".join(rows) + "\n"
 
 
