@@ -186,6 +186,24 @@ def test_debezium_publishes_our_record_format_except_the_listed_differences(
             kind, stamp = message.timestamp()
             assert kind == TIMESTAMP_CREATE_TIME and written_from_ms - 1000 <= stamp <= read_by_ms + 1000, where
     assert set(debezium.DIFFERENCES) == {"occurred_at", "row headers", "timestamp"}
+    # The task's producer ran with the bridge's settings, not Connect's (non-idempotent) defaults.
+    logged = _logged_producer_config(worker.log_file.read_text(errors="replace"), f"connector-producer-{CONNECTOR}-0")
+    expected = {**worker.producer, "acks": "-1"}  # the client logs acks=all as -1
+    assert {key: logged.get(key) for key in expected} == expected
+
+
+def _logged_producer_config(log: str, client_id: str) -> dict[str, str]:
+    """The `ProducerConfig values:` block the worker logged for client_id (ops/kafka/connect-log4j2.properties)."""
+    for block in log.split("ProducerConfig values:")[1:]:
+        settings = {}
+        for line in block.splitlines()[1:]:
+            if not line.startswith("\t"):
+                break
+            key, _, value = line.strip().partition(" = ")
+            settings[key] = value
+        if settings.get("client.id") == client_id:
+            return settings
+    raise AssertionError(f"the worker logged no producer config for {client_id}")
 
 
 def _zoned_timestamp(at: datetime) -> bytes:
