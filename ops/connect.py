@@ -337,7 +337,8 @@ def workers() -> list[ConnectWorker]:
     """The workers that have a directory under .run (running or not), by name."""
     found = []
     for pid_file in sorted(RUN.glob("*/worker.pid")):
-        found.append(ConnectWorker(name=pid_file.parent.name))
+        # No producer settings: stopping needs none, and `down` must work without the project installed.
+        found.append(ConnectWorker(name=pid_file.parent.name, producer={}))
     return found
 
 
@@ -372,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "up":
             ConnectWorker(name=args.name, bootstrap=args.bootstrap, rest_port=args.port).start()
         elif args.command == "down":
-            worker = ConnectWorker(name=args.name)
+            worker = ConnectWorker(name=args.name, producer={})
             worker.stop()
             if args.delete_topics:
                 worker.delete_internal_topics()
