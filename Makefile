@@ -59,8 +59,9 @@ mssql-driver: $(STAMP) ## SQL Server tests: unixODBC (apt), pyodbc and Microsoft
 	$(PY) -m pip install -q -e '.[mssql]' '$(MSSQL_ODBC_PACKAGE)'
 	$(PY) ops/mssql_odbc.py $(ODBC_DIR)
 
-jars: $(STAMP) ## resolve the Kafka broker, Spark Kafka connector and Delta jars into .cache/jars
+jars: $(STAMP) ## resolve the Kafka broker, Spark Kafka connector, Delta, Kafka Connect and Debezium jars into .cache/jars
 	$(PY) ops/localstack.py jars kafka spark
+	$(PY) ops/connect.py jars
 
 up: $(STAMP) ## start Kafka (BROKERS=1 or 3) and PostgreSQL on loopback; writes .run/stack.env (SPARK=standalone: a Spark cluster too)
 	$(PY) ops/localstack.py up --brokers $(BROKERS)

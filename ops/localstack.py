@@ -664,6 +664,9 @@ def all_clusters() -> list[KafkaCluster]:
 
 def cmd_down(_: argparse.Namespace) -> None:
     with stack_lock():
+        from connect import stop_all  # Kafka Connect workers (ops/connect.py) are the brokers' clients: first
+
+        stop_all()
         for cluster in all_clusters():
             if cluster.any_running():
                 log(f"stopping Kafka {cluster.name}")
