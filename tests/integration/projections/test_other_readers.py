@@ -58,7 +58,7 @@ def test_delta_rs_reads_every_kind_s_table_as_spark_does(harness: Harness) -> No
         assert by_spark, f"{projection.name}: the table is empty, the comparison would prove nothing"
         assert _sorted(by_delta_rs) == _sorted(by_spark), projection.name
         protocol = table.protocol()
-        assert protocol.min_reader_version <= 3, (projection.name, protocol)
+        assert protocol.min_reader_version == 1, (projection.name, protocol)  # as the README says
         assert not (protocol.reader_features or []), (
             f"{projection.name} needs reader features {protocol.reader_features}; README must name the readers"
         )
