@@ -105,9 +105,11 @@ class BatchApplier:
                 horizon = self.projection.kind.dedup_horizon()
                 floor = None
                 if horizon is not None:
-                    floor = self._floor(session, horizon, stats)
+                    floor = self._floor(session, horizon)
                     if not floor.passes(stats.min_seq, _time(stats.first_event_time)):
-                        events, seq_range, refused = self._refuse_beyond(events, horizon, floor, batch_id)
+                        events, seq_range, refused = self._refuse_beyond(
+                            events, (stats.min_seq, stats.max_seq), horizon, floor, batch_id
+                        )
                         stats = dataclasses.replace(
                             stats, applied=stats.applied - refused, beyond_horizon=refused
                         )
@@ -143,22 +145,27 @@ class BatchApplier:
         self._progress = self._recorded(session).advanced(batch_id, stats)
         write_progress(self.lake, self._progress, session)
 
-    def _floor(self, session: Any, horizon: DedupHorizon, stats: BatchStats) -> Floor:
-        # The high-water mark before this batch and the batch's own: a batch that Spark runs again after
-        # its progress was recorded gets the same floor, since the record then holds exactly this batch more.
+    def _floor(self, session: Any, horizon: DedupHorizon) -> Floor:
+        # From what was applied before this batch, not the batch's own newest event: a batch spanning more
+        # than the horizon (the first one of a replay) keeps all of its events. A batch that Spark runs again
+        # after its progress was recorded gets a higher floor, but changes nothing: the record is written
+        # after every table write of the batch, and those are skipped on the retry (Txn).
         recorded = self._recorded(session)
-        high_seq = max((s for s in (recorded.max_seq, stats.max_seq) if s is not None), default=None)
-        times = [t for t in (_time(recorded.last_event_time), _time(stats.last_event_time)) if t is not None]
-        return horizon.floor(high_seq, max(times, default=None))
+        return horizon.floor(recorded.max_seq, _time(recorded.last_event_time))
 
     def _refuse_beyond(
-        self, events: DataFrame, horizon: DedupHorizon, floor: Floor, batch_id: int
+        self,
+        events: DataFrame,
+        seq_range: tuple[int, int],
+        horizon: DedupHorizon,
+        floor: Floor,
+        batch_id: int,
     ) -> tuple[DataFrame, tuple[int, int] | None, int]:
         """Set aside the events behind the floor: log them, return the rest, its seq range and how many."""
         behind = self.projection.kind.beyond_horizon(floor)
         refused = events.where(behind).count()
         if not refused:
-            return events, _seq_range(events), 0
+            return events, seq_range, 0
         sample = [
             {"event_id": r["event_id"], "seq": r["seq"], "topic": r["topic"], "partition": r["partition"],
              "offset": r["offset"]}
@@ -183,6 +190,8 @@ class BatchApplier:
 
     def _prune(self, session: Any, horizon: DedupHorizon, floor: Floor, batch_id: int) -> None:
         pruned = self.projection.kind.prune(session, self.projection, self.lake, floor)
+        if not pruned:
+            return
         log.info(
             "deduplication state pruned",
             extra={

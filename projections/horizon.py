@@ -2,8 +2,8 @@
 
 Kinds that deduplicate by event id (`EventLog`, `WindowedCounts`) keep what they need for it only within
 the horizon, so that state stops growing with the stream. The horizon trails the highest seq or the latest
-event time the projection has applied (its progress record, which only moves forward, plus the batch at
-hand), never the wall clock: a replay from earliest walks the horizon along with it. An event that falls
+event time the projection applied before the batch at hand (its progress record, which only moves
+forward), never the wall clock: a replay from earliest walks the horizon along with it. An event that falls
 behind the horizon's floor can no longer be told apart from a duplicate, so it is refused: not applied,
 logged and counted (`events_beyond_horizon` in the progress record), rather than applied again.
 """

@@ -58,11 +58,12 @@ def test_windowed_counts_keep_a_bounded_staging_set_and_refuse_events_in_closed_
         counts.apply(as_micro_batch(harness.spark, sent[-1]), b)
         staged_sizes.append(harness.spark.read.format("delta").load(staging).count())
 
-    # A window closes 10 minutes behind the stream; closed windows are pruned every third batch. So the
-    # staging set never holds more than six batches' windows, while the stream went on for twelve.
+    # A window closes 10 minutes behind what was applied before the batch; closed windows are pruned every
+    # third batch. So the staging set never holds more than six batches' windows, while the stream went on
+    # for twelve; after the last prune (batch 9) it starts at batch 6's window.
     assert max(staged_sizes) <= 6 * PER_BATCH < 12 * PER_BATCH
     windows = harness.spark.read.format("delta").load(staging).select("window_start").distinct().collect()
-    assert min(r[0] for r in windows) >= (BASE_TIME + timedelta(minutes=5 * 7)).replace(tzinfo=None)
+    assert min(r[0] for r in windows) == (BASE_TIME + timedelta(minutes=5 * 6)).replace(tzinfo=None)
 
     def count_of(minute: int) -> int:
         table = harness.spark.read.format("delta").load(lake.table(projection.name))
@@ -114,11 +115,12 @@ def test_event_log_drops_a_duplicate_inside_the_horizon_and_refuses_one_behind_i
         return sorted(r["event_id"] for r in table.collect())
 
     log.apply(as_micro_batch(harness.spark, [paid(s, 0) for s in range(1, 6)]), 0)
-    # Seq 5 is 10 behind the batch's highest seq, 15: inside the horizon, so it is dropped as a duplicate.
+    # The floor is the highest seq applied so far, 5, less 10: seq 5 is inside, so dropped as a duplicate;
+    # the batch's own seqs all pass, however far they reach.
     log.apply(as_micro_batch(harness.spark, [paid(s, 1) for s in range(6, 16)] + [paid(5, 0)]), 1)
     assert logged() == [f"evt-{s:05d}" for s in range(1, 16)]
 
-    # The floor is now 30 - 10 = 20: seq 3 again, and a never-seen seq 2, are refused rather than appended.
+    # The floor is now 15 - 10 = 5: seq 3 again, and a never-seen seq 2, are refused rather than appended.
     log.apply(
         as_micro_batch(harness.spark, [paid(s, 2) for s in range(16, 31)] + [paid(3, 0), paid(2, 0, "evt-late")]),
         2,
