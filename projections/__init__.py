@@ -4,13 +4,15 @@ Declare a `Projection` (name, source topics, event types with payload schemas, k
 `PROJECTIONS`; `outbox-projections run NAME` (or `runner.start`) reads Kafka with headers, parses payloads,
 sets bad events aside in a quarantine table and applies the rest with the kind's guarded MERGE, each
 micro-batch once (Delta txnAppId/txnVersion). Kinds: `LatestState`, `EventLog`, `History`, `Fold`,
-`WindowedCounts`.
+`WindowedCounts`; `DedupHorizon` bounds what the deduplicating kinds keep.
 """
 
 from projections.declaration import PayloadSchema, Projection
+from projections.horizon import DedupHorizon
 from projections.kinds import Event, EventLog, Fold, History, Kind, LatestState, State, WindowedCounts
 
 __all__ = [
+    "DedupHorizon",
     "Event",
     "EventLog",
     "Fold",

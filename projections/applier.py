@@ -6,8 +6,10 @@ a batch again after a failure, the writes that already landed are skipped and th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
@@ -15,6 +17,7 @@ from pyspark.sql import functions as F
 
 from projections.declaration import Projection, ResolvedPayload
 from projections.envelope import ENVELOPE, ERROR, RELEVANT, decode
+from projections.horizon import DedupHorizon, Floor
 from projections.kinds.base import Batch
 from projections.lake import Lake
 from projections.progress import BatchStats, Progress, read_progress, write_progress
@@ -76,6 +79,7 @@ class BatchApplier:
                 "applied": stats.applied,
                 "quarantined": stats.quarantined,
                 "ignored": stats.ignored,
+                "beyond_horizon": stats.beyond_horizon,
                 "max_seq": stats.max_seq,
                 "seconds": round(elapsed, 3),
             },
@@ -97,31 +101,119 @@ class BatchApplier:
                 events = decoded.where(F.col(RELEVANT) & F.col(ERROR).isNull()).select(
                     *_EVENT_COLUMNS, *self.payload.columns.fieldNames()
                 )
-                batch = Batch(
-                    session=session,
-                    batch_id=batch_id,
-                    projection=self.projection,
-                    payload=self.payload,
-                    lake=self.lake,
-                    txn=txn,
-                    events=events,
-                    seq_range=(stats.min_seq, stats.max_seq),
-                )
-                self.projection.kind.apply(batch)
+                seq_range: tuple[int, int] | None = (stats.min_seq, stats.max_seq)
+                horizon = self.projection.kind.dedup_horizon()
+                floor = None
+                if horizon is not None:
+                    floor = self._floor(session, horizon)
+                    if not floor.passes(stats.min_seq, _time(stats.first_event_time)):
+                        events, seq_range, refused = self._refuse_beyond(
+                            events, (stats.min_seq, stats.max_seq), horizon, floor, batch_id
+                        )
+                        stats = dataclasses.replace(
+                            stats, applied=stats.applied - refused, beyond_horizon=refused
+                        )
+                if seq_range is not None:
+                    batch = Batch(
+                        session=session,
+                        batch_id=batch_id,
+                        projection=self.projection,
+                        payload=self.payload,
+                        lake=self.lake,
+                        txn=txn,
+                        events=events,
+                        seq_range=seq_range,
+                    )
+                    self.projection.kind.apply(batch)
+                if horizon is not None and floor is not None and horizon.prunes_after(batch_id):
+                    self._prune(session, horizon, floor, batch_id)
             self._record(session, batch_id, stats)
             return stats
         finally:
             decoded.unpersist()
 
-    def _record(self, session: Any, batch_id: int, stats: BatchStats) -> None:
+    def _recorded(self, session: Any) -> Progress:
         if self._progress is None:
             self._progress = read_progress(self.lake, self.projection.name, session) or Progress(
                 projection=self.projection.name,
                 kind=self.projection.kind.name,
                 table=self.lake.table(self.projection.name),
             )
-        self._progress = self._progress.advanced(batch_id, stats)
+        return self._progress
+
+    def _record(self, session: Any, batch_id: int, stats: BatchStats) -> None:
+        self._progress = self._recorded(session).advanced(batch_id, stats)
         write_progress(self.lake, self._progress, session)
+
+    def _floor(self, session: Any, horizon: DedupHorizon) -> Floor:
+        # From what was applied before this batch, not the batch's own newest event: a batch spanning more
+        # than the horizon (the first one of a replay) keeps all of its events. A batch that Spark runs again
+        # after its progress was recorded gets a higher floor, but changes nothing: the record is written
+        # after every table write of the batch, and those are skipped on the retry (Txn).
+        recorded = self._recorded(session)
+        return horizon.floor(recorded.max_seq, _time(recorded.last_event_time))
+
+    def _refuse_beyond(
+        self,
+        events: DataFrame,
+        seq_range: tuple[int, int],
+        horizon: DedupHorizon,
+        floor: Floor,
+        batch_id: int,
+    ) -> tuple[DataFrame, tuple[int, int] | None, int]:
+        """Set aside the events behind the floor: log them, return the rest, its seq range and how many."""
+        behind = self.projection.kind.beyond_horizon(floor)
+        refused = events.where(behind).count()
+        if not refused:
+            return events, seq_range, 0
+        sample = [
+            {"event_id": r["event_id"], "seq": r["seq"], "topic": r["topic"], "partition": r["partition"],
+             "offset": r["offset"]}
+            for r in events.where(behind).select("event_id", "seq", "topic", "partition", "offset")
+            .limit(5)
+            .collect()
+        ]
+        log.warning(
+            "events behind the deduplication horizon refused (not applied)",
+            extra={
+                "projection": self.projection.name,
+                "batch_id": batch_id,
+                "count": refused,
+                "horizon": horizon.describe(),
+                "floor_seq": floor.seq,
+                "floor_time": floor.time.isoformat() if floor.time else None,
+                "sample": sample,
+            },
+        )
+        kept = events.where(~behind)
+        return kept, _seq_range(kept), refused
+
+    def _prune(self, session: Any, horizon: DedupHorizon, floor: Floor, batch_id: int) -> None:
+        pruned = self.projection.kind.prune(session, self.projection, self.lake, floor)
+        if not pruned:
+            return
+        log.info(
+            "deduplication state pruned",
+            extra={
+                "projection": self.projection.name,
+                "batch_id": batch_id,
+                "rows": pruned,
+                "horizon": horizon.describe(),
+                "floor_seq": floor.seq,
+                "floor_time": floor.time.isoformat() if floor.time else None,
+            },
+        )
+
+
+def _time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+def _seq_range(events: DataFrame) -> tuple[int, int] | None:
+    row = events.agg(F.min("seq"), F.max("seq")).first()
+    if row is None or row[0] is None:
+        return None
+    return int(row[0]), int(row[1])
 
 
 def _stats(decoded: DataFrame) -> BatchStats:
@@ -138,6 +230,9 @@ def _stats(decoded: DataFrame) -> BatchStats:
             F.date_format(
                 F.max(F.when(valid, F.col("occurred_at"))), "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
             ).alias("last_event_time"),
+            F.date_format(
+                F.min(F.when(valid, F.col("occurred_at"))), "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+            ).alias("first_event_time"),
         )
         .collect()
     )
@@ -148,6 +243,7 @@ def _stats(decoded: DataFrame) -> BatchStats:
     seqs = [int(r["min_seq"]) for r in rows if r["min_seq"] is not None]
     tops = [int(r["max_seq"]) for r in rows if r["max_seq"] is not None]
     times = [str(r["last_event_time"]) for r in rows if r["last_event_time"] is not None]
+    firsts = [str(r["first_event_time"]) for r in rows if r["first_event_time"] is not None]
     return BatchStats(
         next_offsets=offsets,
         rows=total,
@@ -157,6 +253,7 @@ def _stats(decoded: DataFrame) -> BatchStats:
         min_seq=min(seqs) if seqs else None,
         max_seq=max(tops) if tops else None,
         last_event_time=max(times) if times else None,
+        first_event_time=min(firsts) if firsts else None,
     )
 
 

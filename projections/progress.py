@@ -27,6 +27,9 @@ class BatchStats:
     min_seq: int | None
     max_seq: int | None
     last_event_time: str | None  # ISO 8601 in UTC, microsecond precision, so strings compare as times
+    first_event_time: str | None = None
+    # Events refused for being behind the deduplication horizon (projections.horizon).
+    beyond_horizon: int = 0
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class Progress:
     max_seq: int | None = None
     last_event_time: str | None = None
     last_batch: dict[str, int] = field(default_factory=dict)
+    events_beyond_horizon: int = 0
 
     def advanced(self, batch_id: int, stats: BatchStats, now: datetime | None = None) -> Progress:
         """The record after one more batch: positions only move forward."""
@@ -66,7 +70,11 @@ class Progress:
                 "applied": stats.applied,
                 "quarantined": stats.quarantined,
                 "ignored": stats.ignored,
+                "beyond_horizon": stats.beyond_horizon,
             },
+            # A batch run again after a failure is counted once.
+            events_beyond_horizon=self.events_beyond_horizon
+            + (stats.beyond_horizon if batch_id != self.batch_id else 0),
         )
 
     def to_json(self) -> str:

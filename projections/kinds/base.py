@@ -7,10 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Final
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from projections.declaration import DEFAULT_KEY, ResolvedPayload
+from projections.horizon import DedupHorizon, Floor
 
 if TYPE_CHECKING:
     from projections.declaration import Projection
@@ -81,6 +83,22 @@ class Kind(ABC):
     def purge_condition(self) -> str | None:
         """A SQL predicate selecting rows `maintain` may delete (expired tombstones), or None."""
         return None
+
+    def dedup_horizon(self) -> DedupHorizon | None:
+        """How far back this kind recognises a duplicate event id, or None when it keeps no such state."""
+        return None
+
+    def beyond_horizon(self, floor: Floor) -> Column:
+        """Which of a batch's events are behind the horizon's floor (they are refused, not applied)."""
+        if floor.seq is not None:
+            return F.col("seq") < F.lit(floor.seq)
+        if floor.time is not None:
+            return F.col("occurred_at") < F.lit(floor.time)
+        return F.lit(False)
+
+    def prune(self, session: SparkSession, projection: Projection, lake: Lake, floor: Floor) -> int:
+        """Delete deduplication state behind the floor; return the rows deleted."""
+        return 0
 
 
 def key_field(projection: Projection, payload: ResolvedPayload) -> StructField:

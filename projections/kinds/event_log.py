@@ -1,4 +1,11 @@
-"""`event_log`: every event once, deduplicated by `event_id`: envelope, payload columns, raw payload."""
+"""`event_log`: every event once, deduplicated by `event_id`: envelope, payload columns, raw payload.
+
+The log is its own deduplication index: a batch's MERGE reads only the files whose seq range overlaps the
+batch's. The deduplication horizon (`horizon`, 7 days of event time by default) bounds that range: an
+event behind the horizon's floor is refused (logged and counted, never applied), so one very late event
+cannot make a batch read the log back to its seq. The log's rows themselves are what the projection is
+for and are kept.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ from dataclasses import dataclass
 from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType, TimestampType
 
 from projections.declaration import DEFAULT_KEY, Projection, ResolvedPayload
+from projections.horizon import DEFAULT_DEDUP_HORIZON, DedupHorizon
 from projections.kinds.base import Batch, Kind
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", StringType())]))
@@ -29,6 +37,10 @@ class EventLog(Kind):
 
     name = "event_log"
     lost_by_a_later_start = "every event before it"
+    horizon: DedupHorizon = DEFAULT_DEDUP_HORIZON
+
+    def dedup_horizon(self) -> DedupHorizon:
+        return self.horizon
 
     def table_schema(self, projection: Projection, payload: ResolvedPayload) -> StructType:
         fields = [f for f in payload.columns.fields if f.name != DEFAULT_KEY]

@@ -31,6 +31,7 @@ from projections.declaration import (
 )
 from projections.errors import DeclarationError, FoldError, RefusedError
 from projections.kinds.base import Batch, Kind, key_field, value_fields
+from projections.kinds.touched import target_key, touched_keys
 
 if TYPE_CHECKING:
     from projections.lake import Lake
@@ -156,9 +157,13 @@ class Fold(Kind):
         with batch.txn.applied_once(session):
             keep.execute()
 
+        keys = touched_keys(events, key)
+        assert keys is not None  # a batch always has events
+        # Only the files that may hold a touched key are read, here and by the MERGE (see kinds/touched.py).
         stored = (
             session.read.format("delta")
             .load(batch.table)
+            .where(keys.on(F.col(key)))
             .select(
                 F.col(key),
                 F.col("seq").alias("_applied_seq"),
@@ -175,8 +180,13 @@ class Fold(Kind):
         )
         if late:
             late_keys = session.createDataFrame(late, StructType([schema[key]]))
+            late_listed = touched_keys(late_keys, key)
+            assert late_listed is not None
             refold = (
-                session.read.format("delta").load(store_path).join(late_keys, key, "left_semi")
+                session.read.format("delta")
+                .load(store_path)
+                .where(late_listed.on(F.col(key)))
+                .join(late_keys, key, "left_semi")
             ).withColumn(_REFOLD, F.lit(True))
             pending = pending.join(late_keys, key, "left_anti").unionByName(refold, allowMissingColumns=True)
         folder = _KeyFolder(
@@ -193,7 +203,7 @@ class Fold(Kind):
         merge = (
             DeltaTable.forPath(session, batch.table)
             .alias("t")
-            .merge(folded.alias("s"), f"t.`{key}` = s.`{key}`")
+            .merge(folded.alias("s"), keys.on(target_key(key)) & (target_key(key) == target_key(key, "s")))
             # A re-fold may end on the stored seq and still change the state.
             .whenMatchedUpdate(condition=f"s.seq > t.seq OR s.{_REFOLD}", set=columns)
             .whenNotMatchedInsert(values=columns)

@@ -1,9 +1,9 @@
 """`history` (SCD type 2): one row per version of a key, valid from its event's seq until the next version's.
 
-Each batch rebuilds the timeline of the keys it touches from their stored versions plus its own events,
-then MERGEs on (key, valid_from_seq): new versions are inserted, neighbours get their `valid_to_seq`
-fixed. An event that arrives late lands in the middle of the timeline; a duplicate changes nothing.
-A delete event type closes the timeline with a version marked `is_deleted`.
+Each batch rebuilds the timeline of the keys it touches from their stored versions (reading only the files
+that may hold those keys) plus its own events, then MERGEs on (key, valid_from_seq): new versions are
+inserted, neighbours get their `valid_to_seq` fixed. An event that arrives late lands in the middle of the
+timeline; a duplicate changes nothing. A delete event type closes the timeline with a version marked `is_deleted`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 from projections.declaration import DEFAULT_KEY, Projection, ResolvedPayload
 from projections.kinds.base import Batch, Kind, key_field, value_fields
 from projections.kinds.latest_state import validate_deletes
+from projections.kinds.touched import target_key, touched_keys
 
 _VERSION_ONLY = ("valid_to_seq", "valid_to", "is_current")
 
@@ -70,10 +71,17 @@ class History(Kind):
             )
             .select(*version_columns)
         )
-        stored = batch.session.read.format("delta").load(batch.table)
+        keys = touched_keys(new, key)
+        assert keys is not None  # a batch always has events
+        # Only the files that may hold a touched key are read, here and by the MERGE (see kinds/touched.py).
+        stored = batch.session.read.format("delta").load(batch.table).where(keys.on(F.col(key)))
         touched = stored.join(new.select(key).distinct(), key, "left_semi").select(*version_columns)
         timeline = _timeline(touched.unionByName(new).dropDuplicates([key, "valid_from_seq"]), key)
-        condition = f"t.`{key}` = s.`{key}` AND t.valid_from_seq = s.valid_from_seq"
+        condition = (
+            keys.on(target_key(key))
+            & (target_key(key) == target_key(key, "s"))
+            & (F.col("t.valid_from_seq") == F.col("s.valid_from_seq"))
+        )
         merge = (
             DeltaTable.forPath(batch.session, batch.table)
             .alias("t")

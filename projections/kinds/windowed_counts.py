@@ -4,6 +4,12 @@ Counting by adding each batch's counts would count a replayed event twice. Inste
 its events to a staging set of distinct event ids (`<lake>/_staging/<name>`, MERGE insert-when-not-matched),
 then recounts, from that set, every (window, dimensions) the batch touched and MERGEs those counts into
 the table. A duplicate or a replay touches a window without changing its count.
+
+The staging set is kept within a deduplication horizon of event time (`horizon`, 7 days by default): a
+window that ends at or before the horizon's floor is closed. Its staged ids are pruned every
+`horizon.prune_every` batches, and an event that falls in a closed window is refused (logged and counted,
+never applied): its window can no longer be recounted, and adding to it could count a duplicate twice.
+The horizon is by time only, as a window closes by time; a seq horizon is refused at declaration.
 """
 
 from __future__ import annotations
@@ -12,11 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from projections.declaration import Projection, ResolvedPayload
 from projections.errors import DeclarationError
+from projections.horizon import DEFAULT_DEDUP_HORIZON, DedupHorizon, Floor
 from projections.kinds.base import Batch, Kind
 
 if TYPE_CHECKING:
@@ -33,8 +41,15 @@ class WindowedCounts(Kind):
     lost_by_a_later_start = "every window before it, and part of the count of the window it falls in"
     window: str = "1 minute"
     dimensions: tuple[str, ...] = DIMENSIONS
+    horizon: DedupHorizon = DEFAULT_DEDUP_HORIZON
 
     def validate(self, projection: Projection) -> None:
+        if self.horizon.time is None:
+            raise DeclarationError(
+                f"projection {projection.name} (windowed_counts): the dedup horizon must be a time "
+                "(DedupHorizon(time=...)), as a window closes by time; got a horizon of "
+                f"{self.horizon.describe()}"
+            )
         unknown = sorted(set(self.dimensions) - set(DIMENSIONS))
         if unknown or not self.dimensions:
             raise DeclarationError(
@@ -70,6 +85,26 @@ class WindowedCounts(Kind):
             lake.table(projection.name): self.table_schema(projection, payload),
             lake.staging(projection.name): self.staging_schema(),
         }
+
+    def dedup_horizon(self) -> DedupHorizon:
+        return self.horizon
+
+    def beyond_horizon(self, floor: Floor) -> Column:
+        if floor.time is None:
+            return F.lit(False)
+        return F.window("occurred_at", self.window).end <= F.lit(floor.time)
+
+    def prune(self, session: SparkSession, projection: Projection, lake: Lake, floor: Floor) -> int:
+        from delta.tables import DeltaTable
+
+        if floor.time is None:
+            return 0
+        staging = DeltaTable.forPath(session, lake.staging(projection.name))
+        # Staged rows of closed windows only: files are skipped by their window_end statistics, and only
+        # a file that also holds open windows' rows is rewritten.
+        staging.delete(F.col("window_end") <= F.lit(floor.time))
+        metrics = staging.history(1).select("operationMetrics").first()
+        return int((metrics[0] if metrics else {}).get("numDeletedRows", 0) or 0)
 
     def apply(self, batch: Batch) -> None:
         from delta.tables import DeltaTable

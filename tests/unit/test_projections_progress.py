@@ -26,7 +26,7 @@ def test_positions_only_move_forward() -> None:
     replayed = first.advanced(0, stats({"t": {"0": 3, "2": 1}}, 12, "2024-05-01T12:00:12.000000Z"))
     assert replayed.offsets == {"t": {"0": 10, "1": 4, "2": 1}}
     assert (replayed.max_seq, replayed.last_event_time) == (40, "2024-05-01T12:00:40.000000Z")
-    assert replayed.last_batch == {"rows": 5, "applied": 4, "quarantined": 1, "ignored": 0}
+    assert replayed.last_batch == {"rows": 5, "applied": 4, "quarantined": 1, "ignored": 0, "beyond_horizon": 0}
 
 
 def test_a_batch_without_valid_events_keeps_seq_and_time() -> None:

@@ -110,3 +110,50 @@ def order_lifecycle(orders: int, start_seq: int = 1) -> list[OutboxEvent]:
             )
             seq += 1
     return events
+
+
+def as_micro_batch(spark: Any, events: Iterable[OutboxEvent], topic: str = "outbox.event.order") -> Any:
+    """The events as a DataFrame shaped like a micro-batch of the Kafka source, without a broker.
+
+    For tests that hand batches to `BatchApplier.apply` one by one; offsets count up from 0 in one partition.
+    """
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    schema = StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+            StructField("timestampType", IntegerType()),
+            StructField(
+                "headers",
+                ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+            ),
+        ]
+    )
+    rows = [
+        (
+            bytearray(e.aggregate_id.encode()),
+            bytearray(e.value()),
+            topic,
+            0,
+            offset,
+            BASE_TIME,
+            0,
+            [(k, bytearray(v)) for k, v in e.kafka_headers()],
+        )
+        for offset, e in enumerate(events)
+    ]
+    return spark.createDataFrame(rows, schema)
