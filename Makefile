@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 BROKERS ?= 1
+SECURE ?= 0
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed
 # SQL Server tests: Microsoft's ODBC driver from PyPI, registered with unixODBC in ODBC_DIR only.
@@ -46,8 +47,8 @@ mssql-driver: $(STAMP) ## SQL Server tests: unixODBC (apt), pyodbc and Microsoft
 jars: $(STAMP) ## resolve the Kafka broker, Spark Kafka connector and Delta jars into .cache/jars
 	$(PY) ops/localstack.py jars kafka spark
 
-up: $(STAMP) ## start Kafka (BROKERS=1 or 3) and PostgreSQL on loopback; writes .run/stack.env
-	$(PY) ops/localstack.py up --brokers $(BROKERS)
+up: $(STAMP) ## start Kafka (BROKERS=1 or 3; SECURE=1: SASL_SSL, TLS, ACLs) and PostgreSQL on loopback; writes .run/stack.env
+	$(PY) ops/localstack.py up --brokers $(BROKERS) $(if $(filter 1,$(SECURE)),--secure)
 
 down: ## stop every process the local stack started
 	@if [ -x $(PY) ]; then $(PY) ops/localstack.py down; else $(PYTHON) ops/localstack.py down; fi
