@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from confluent_kafka.admin import (
-    AclBinding,
-    AclOperation,
-    AclPermissionType,
-    AdminClient,
-    ResourcePatternType,
-    ResourceType,
+from confluent_kafka.admin import AdminClient
+
+# From the defining modules: `confluent_kafka.admin` does not re-export these for type checkers.
+from confluent_kafka.admin._acl import AclBinding, AclOperation, AclPermissionType
+from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
+from confluent_kafka.admin._scram import (
     ScramCredentialInfo,
     ScramMechanism,
+    UserScramCredentialAlteration,
     UserScramCredentialUpsertion,
 )
 
@@ -85,7 +85,7 @@ def upsert_scram_users(admin: AdminClient, users: Mapping[str, str], timeout: fl
     """Create each user (or set its password) for SCRAM-SHA-512."""
     if not users:
         return
-    upserts = [
+    upserts: list[UserScramCredentialAlteration] = [
         UserScramCredentialUpsertion(
             user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS), password.encode()
         )
