@@ -206,7 +206,7 @@ def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: b
     def route(aggregate_type: str) -> str:
         return request.topic or config.topic_for(aggregate_type)
 
-    publisher = KafkaPublisher(producer_settings(config, client_id=f"outbox-replay-{config.bridge_name}").conf,
+    publisher = KafkaPublisher(producer_settings(config.producer, client_id=f"outbox-replay-{config.bridge_name}").conf,
                                on_delivery)
     try:
         with _progress(show_progress) as progress:

@@ -66,7 +66,7 @@ def render_status(status: dict[str, Any]) -> None:
 def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topics: list[str]) -> int:
     """Check (or ensure) every topic the bridge writes: one per aggregate type in the outbox, plus the DLQ."""
     guard = TopicGuard(
-        config.bootstrap_servers,
+        config.kafka.client_conf(),
         TopicPolicy(config.topic_partitions, config.replication_factor, config.allow_single_broker),
     )
     topics = sorted(set(_event_topics(config)) | set(extra_topics) | {config.dlq_topic_name})

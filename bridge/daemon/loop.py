@@ -106,7 +106,7 @@ class BridgeDaemon:
         self._reader_factory = reader_factory
         self._publisher_factory = publisher_factory or KafkaPublisher
         guard = topic_guard or TopicGuard(
-            config.bootstrap_servers,
+            config.kafka.client_conf(),
             TopicPolicy(config.topic_partitions, config.replication_factor, config.allow_single_broker),
         )
         self._refusals = Refusals()
@@ -287,7 +287,7 @@ class BridgeDaemon:
         return publisher
 
     def _new_publisher(self) -> Publisher:
-        return self._publisher_factory(producer_settings(self.config).conf, self._on_delivery)
+        return self._publisher_factory(producer_settings(self.config.producer).conf, self._on_delivery)
 
     def _rebuild(self, publisher: Publisher, tracker: AckTracker, reader: OutboxReader) -> Publisher:
         failure = publisher.failure

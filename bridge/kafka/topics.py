@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -69,8 +70,9 @@ class TopicChecker(Protocol):
 class TopicGuard:
     """Checks, creates and (where safe) fixes the bridge's topics through the admin API."""
 
-    def __init__(self, bootstrap_servers: str, policy: TopicPolicy, timeout: float = 30.0) -> None:
-        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    def __init__(self, client_conf: Mapping[str, Any], policy: TopicPolicy, timeout: float = 30.0) -> None:
+        """`client_conf`: bootstrap servers and security settings (`BridgeConfig.kafka.client_conf()`)."""
+        self._admin = AdminClient(dict(client_conf))
         self._policy = policy
         self._timeout = timeout
 
