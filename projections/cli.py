@@ -310,7 +310,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "progress": None if progress is None else json.loads(progress.to_json()),
     }
     if args.lag and progress is not None:
-        report["lag"] = _kafka_lag(settings.bootstrap_servers, progress.offsets)
+        report["lag"] = _kafka_lag(settings, projection.name, progress.offsets)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
         return 0
@@ -356,13 +356,14 @@ def _local(lake: Any) -> bool:
     return bool(is_local(lake.root))
 
 
-def _kafka_lag(bootstrap: str, offsets: dict[str, dict[str, int]]) -> dict[str, Any]:
+def _kafka_lag(settings: Any, name: str, offsets: dict[str, dict[str, int]]) -> dict[str, Any]:
     """Records in Kafka beyond the recorded offsets, per topic: how far the table is from the stream's end."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "outbox-projections-status", "enable.auto.commit": False}
-    )
+    from projections.kafka_clients import consumer_conf, group_prefix
+
+    bootstrap = settings.bootstrap_servers
+    consumer = Consumer(consumer_conf(settings, f"{group_prefix(name)}status") | {"enable.auto.commit": False})
     lag: dict[str, Any] = {}
     try:
         for topic, partitions in offsets.items():
