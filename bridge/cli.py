@@ -2,7 +2,9 @@
 
 Configuration comes from flags, then environment variables, then a TOML file (`--config` or
 OUTBOX_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration,
-3 halted on a poison event, 4 unsafe topic, 5 request refused (nothing changed).
+3 halted on a poison event, 4 unsafe topic, 5 request refused (nothing changed), and when Kafka refuses
+the bridge: 6 authentication failed (wrong password or unknown user), 7 the brokers' TLS certificate is not
+trusted, 8 an ACL is missing.
 """
 
 from __future__ import annotations
@@ -244,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from bridge.admin import RefusedError
+    from bridge.kafka.access import KafkaAccessError
 
     try:
         code: int = args.func(args)
@@ -251,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     except RefusedError as exc:
         print(f"outbox-bridge: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    except KafkaAccessError as exc:
+        print(f"outbox-bridge: {exc}", file=sys.stderr)
+        return exc.exit_code
     except ConfigurationError as exc:
         print(f"outbox-bridge: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -37,8 +38,9 @@ from bridge.daemon.poison import PoisonGate
 from bridge.daemon.retention import Retention
 from bridge.daemon.status import holder_age_s, report
 from bridge.errors import FencedError, PoisonEventError, TopicSafetyError, TransientStoreError
+from bridge.kafka.access import AUTHORIZATION_CODES, KafkaAccessError, access_error, check_connection, denied
 from bridge.kafka.producer_settings import producer_settings
-from bridge.kafka.publisher import CLOSE_TIMEOUT_S, KafkaPublisher, Publisher
+from bridge.kafka.publisher import CLOSE_TIMEOUT_S, DeliveryFailure, KafkaPublisher, Publisher
 from bridge.kafka.topics import TopicChecker, TopicGuard, TopicPolicy
 from bridge.metrics import BridgeMetrics
 from bridge.store.engine import make_engine, make_reader
@@ -65,6 +67,7 @@ RECORD_REFUSED = frozenset({
     KafkaError.INVALID_MSG,
     KafkaError.INVALID_MSG_SIZE,
 })
+_PRODUCE_REQUEST_TOPIC = re.compile(r"ProduceRequest for (\S+) \[")
 #: A transaction holding the horizon back this long is worth a warning; shorter ones are ordinary commits.
 LONG_TRANSACTION_S = 10.0
 #: How long a rewind waits for in-flight acks before it discards the producer.
@@ -105,11 +108,14 @@ class BridgeDaemon:
         self.leadership = Leadership(self.offsets, self.instance_id, config.lease_timeout_s, self.metrics)
         self._reader_factory = reader_factory
         self._publisher_factory = publisher_factory or KafkaPublisher
+        # The connection check needs a real cluster: not when tests give an in-memory publisher.
+        self._check_kafka = publisher_factory is None
         guard = topic_guard or TopicGuard(
             config.kafka.client_conf(),
             TopicPolicy(config.topic_partitions, config.replication_factor, config.allow_single_broker),
         )
         self._refusals = Refusals()
+        self._denied: KafkaAccessError | None = None  # a Write the ACLs refused: stop, do not rebuild
         self._gate = PoisonGate(config, guard, self.metrics, self._refusals)
         self._settled = SettledHoles()
         self._stop = threading.Event()
@@ -160,6 +166,9 @@ class BridgeDaemon:
                 try:
                     if not checked:
                         self._check_outbox()
+                        if self._check_kafka:
+                            # Refused credentials or certificate stop here, before the lease (KafkaAccessError).
+                            check_connection(self.config.kafka.client_conf())
                         checked = True
                     lease = self.leadership.acquire(self._stop, standing_by=self._ready)
                     if lease is None:
@@ -183,6 +192,8 @@ class BridgeDaemon:
                     self.last_error = str(exc)
                     log.error("the outbox's seq path is damaged; not publishing", extra={"error": str(exc)})
                     return EXIT_DAMAGED
+                except KafkaAccessError as exc:
+                    return self._access_refused(exc)
             return EXIT_OK
         finally:
             self._ready.clear()
@@ -220,6 +231,9 @@ class BridgeDaemon:
                 publisher.poll(0)
                 self._flush_published()
                 if publisher.failure is not None:
+                    refused = self._refused(publisher.failure)
+                    if refused is not None:
+                        return self._shutdown(tracker, publisher, reader, self._access_refused(refused))
                     publisher = self._rebuild(publisher, tracker, reader)
                     continue
                 # Checkpoint before reading: a process that was paused past its lease finds out here,
@@ -247,6 +261,8 @@ class BridgeDaemon:
                         self.last_error = str(exc)
                         log.error("unsafe topic; stopping", extra={"error": str(exc)})
                         return self._shutdown(tracker, publisher, reader, EXIT_UNSAFE)
+                    except KafkaAccessError as exc:
+                        return self._shutdown(tracker, publisher, reader, self._access_refused(exc))
                 if read_any:
                     idle_wait = idle_min
                     continue
@@ -288,6 +304,38 @@ class BridgeDaemon:
 
     def _new_publisher(self) -> Publisher:
         return self._publisher_factory(producer_settings(self.config.producer).conf, self._on_delivery)
+
+    def _refused(self, failure: DeliveryFailure) -> KafkaAccessError | None:
+        """The access error a failed delivery means (no ACL, credentials or certificate refused), if any:
+        re-sending would fail the same way, so the loop stops instead of rebuilding."""
+        if self._denied is not None:
+            return self._denied
+        conf = self.config.kafka.client_conf()
+        reason = failure.reason.lower()
+        if "cluster authorization failed" in reason:
+            failure = DeliveryFailure(failure.seq, KafkaError.CLUSTER_AUTHORIZATION_FAILED, failure.reason, True)
+        elif "topic authorization failed" in reason:
+            # With enable.gapless.guarantee a refused produce request comes first as a fatal gap-less error
+            # naming the request's topic, before the records' own reports.
+            named = _PRODUCE_REQUEST_TOPIC.search(failure.reason)
+            topic = named.group(1) if named else "the bridge's topics"
+            return denied(conf, "Write", f"topic {topic}", "TOPIC_AUTHORIZATION_FAILED")
+        if failure.code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+            # The idempotent producer's id: Kafka grants it to a principal that may write some topic.
+            return denied(conf, "IdempotentWrite", "cluster (the idempotent producer's id; granted with Write on "
+                          "any topic)", KafkaError(failure.code).name())
+        if failure.code in AUTHORIZATION_CODES:
+            sent = self._sent.get(failure.seq) if failure.seq is not None else None
+            topic = sent.topic if sent is not None else "the bridge's topics"
+            return denied(conf, "Write", f"topic {topic}", KafkaError(failure.code).name())
+        return access_error(KafkaError(failure.code, failure.reason), conf)
+
+    def _access_refused(self, exc: KafkaAccessError) -> int:
+        self.last_error = str(exc)
+        self.metrics.publish_errors.labels(kind=type(exc).__name__).inc()
+        log.error("Kafka refused the bridge; stopping (retrying cannot fix this)",
+                  extra={"error": str(exc), "exit_code": exc.exit_code})
+        return exc.exit_code
 
     def _rebuild(self, publisher: Publisher, tracker: AckTracker, reader: OutboxReader) -> Publisher:
         failure = publisher.failure
@@ -400,6 +448,10 @@ class BridgeDaemon:
             return
         if err is not None:
             self.metrics.publish_errors.labels(kind=err.name()).inc()
+            if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and self._denied is None:
+                sent = self._sent.get(seq)
+                topic = sent.topic if sent is not None else "the bridge's topics"
+                self._denied = denied(self.config.kafka.client_conf(), "Write", f"topic {topic}", err.name())
             if err.code() in RECORD_REFUSED:
                 self._refusals.refused(seq, f"{err.name()}: {err.str()}")
                 sent = self._sent.get(seq)

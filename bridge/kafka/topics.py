@@ -20,6 +20,7 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.cimpl import NewTopic
 
 from bridge.errors import TopicSafetyError
+from bridge.kafka.access import AUTHORIZATION_CODES, KafkaAccessError, access_error, denied
 
 log = logging.getLogger("bridge.kafka.topics")
 
@@ -72,7 +73,8 @@ class TopicGuard:
 
     def __init__(self, client_conf: Mapping[str, Any], policy: TopicPolicy, timeout: float = 30.0) -> None:
         """`client_conf`: bootstrap servers and security settings (`BridgeConfig.kafka.client_conf()`)."""
-        self._admin = AdminClient(dict(client_conf))
+        self._conf = dict(client_conf)
+        self._admin = AdminClient(self._conf)
         self._policy = policy
         self._timeout = timeout
 
@@ -80,15 +82,23 @@ class TopicGuard:
         return len(self._admin.list_topics(timeout=self._timeout).brokers)
 
     def check(self, topic: str) -> TopicReport:
-        metadata = self._admin.list_topics(topic=topic, timeout=self._timeout)
+        try:
+            metadata = self._admin.list_topics(topic=topic, timeout=self._timeout)
+        except KafkaException as exc:
+            raise self._refused(exc, "Describe", topic) from exc
         brokers = len(metadata.brokers)
         described = metadata.topics.get(topic)
+        if described is not None and described.error is not None and described.error.code() in AUTHORIZATION_CODES:
+            raise denied(self._conf, "Describe", f"topic {topic}", described.error.name())
         if described is None or described.error is not None:
             return TopicReport(topic, exists=False, problems=[f"topic {topic} does not exist"])
         partitions = described.partitions
         rf = min(len(p.replicas) for p in partitions.values()) if partitions else 0
         resource = ConfigResource("topic", topic)
-        config = next(iter(self._admin.describe_configs([resource]).values())).result(self._timeout)
+        try:
+            config = next(iter(self._admin.describe_configs([resource]).values())).result(self._timeout)
+        except KafkaException as exc:
+            raise self._refused(exc, "DescribeConfigs", topic) from exc
         report = TopicReport(
             topic,
             exists=True,
@@ -148,9 +158,25 @@ class TopicGuard:
         try:
             self._admin.create_topics([new])[topic].result(self._timeout)
         except KafkaException as exc:
+            if exc.args[0].code() in AUTHORIZATION_CODES:
+                refused = denied(self._conf, "Create", f"topic {topic}", exc.args[0].name())
+                raise type(refused)(
+                    f"{refused} Or, as the bridge should not create topics: run `outbox-bridge topics ensure` as "
+                    "an admin principal and set BRIDGE_ALLOW_CREATE_TOPICS=false"
+                ) from exc
             if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
                 raise
         log.info("created topic", extra={"topic": topic, "partitions": self._policy.partitions, "rf": rf})
+
+    def _refused(self, exc: KafkaException, operation: str, topic: str) -> Exception:
+        """The access error `exc` means (denied, bad credentials, untrusted certificate), else `exc` itself."""
+        err = exc.args[0] if exc.args else None
+        if not isinstance(err, KafkaError):
+            return exc
+        if err.code() in AUTHORIZATION_CODES:
+            return denied(self._conf, operation, f"topic {topic}", err.name())
+        refused: KafkaAccessError | None = access_error(err, self._conf)
+        return refused or exc
 
     def fix(self, report: TopicReport) -> list[str]:
         """Set min.insync.replicas and unclean leader election where wrong; return what is left unfixed."""
