@@ -3,8 +3,8 @@
 Configuration comes from flags, then environment variables, then a TOML file (`--config` or
 OUTBOX_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration,
 3 halted on a poison event, 4 unsafe topic, 5 request refused (nothing changed), and when Kafka refuses
-the bridge: 6 authentication failed (wrong password or unknown user), 7 the brokers' TLS certificate is not
-trusted, 8 an ACL is missing.
+the bridge: 7 authentication failed (wrong password or unknown user), 8 the brokers' TLS certificate is not
+trusted, 9 an ACL is missing (6 is kept for the database refusing the login).
 """
 
 from __future__ import annotations

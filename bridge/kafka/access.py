@@ -5,9 +5,9 @@ reconnect every few dozen milliseconds for ever. So the bridge checks its connec
 (`check_connection`), and any such refusal later (a rotated password, an ACL removed) stops it too, with
 an exit code of its own and a message naming the principal, the resource and the fix:
 
-- 6 `AuthenticationFailed`: wrong password or unknown user (SCRAM does not say which, by design);
-- 7 `CertificateUntrusted`: the brokers' certificate is not signed by the CA the bridge trusts;
-- 8 `AccessDenied`: an ACL is missing for an operation on a topic (or the cluster).
+- 7 `AuthenticationFailed`: wrong password or unknown user (SCRAM does not say which, by design);
+- 8 `CertificateUntrusted`: the brokers' certificate is not signed by the CA the bridge trusts;
+- 9 `AccessDenied`: an ACL is missing for an operation on a topic (or the cluster).
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from confluent_kafka.admin import AdminClient
 
 from bridge.errors import OutboxError
 
-EXIT_AUTHENTICATION: Final = 6
-EXIT_CERTIFICATE: Final = 7
-EXIT_DENIED: Final = 8
+# 6 is the database refusing the bridge's login (main's EXIT_DB_LOGIN): Kafka's refusals come after it.
+EXIT_AUTHENTICATION: Final = 7
+EXIT_CERTIFICATE: Final = 8
+EXIT_DENIED: Final = 9
 
 AUTHORIZATION_CODES: Final = frozenset({
     KafkaError.TOPIC_AUTHORIZATION_FAILED,

@@ -61,7 +61,7 @@ def _outbox(sqlite_url: str, aggregate_type: str) -> None:
     insert_events(sqlite_url, 5, aggregate_type=aggregate_type)
 
 
-def test_a_wrong_password_stops_the_bridge_with_exit_6_naming_the_user(kafka_secure, sqlite_url, tmp_path) -> None:
+def test_a_wrong_password_stops_the_bridge_with_exit_7_naming_the_user(kafka_secure, sqlite_url, tmp_path) -> None:
     user = kafka_secure.new_user("bridge")
     _outbox(sqlite_url, "pw")
     env = _bridge_env(sqlite_url, kafka_secure, User(user.name, "not-the-password"))
@@ -72,7 +72,7 @@ def test_a_wrong_password_stops_the_bridge_with_exit_6_naming_the_user(kafka_sec
     assert "not-the-password" not in log
 
 
-def test_an_unknown_user_stops_the_bridge_with_exit_6_naming_it(kafka_secure, sqlite_url, tmp_path) -> None:
+def test_an_unknown_user_stops_the_bridge_with_exit_7_naming_it(kafka_secure, sqlite_url, tmp_path) -> None:
     _outbox(sqlite_url, "ghost")
     env = _bridge_env(sqlite_url, kafka_secure, User("nobody-here", "whatever-password"))
     code, _, log = _run_bridge(env, tmp_path / "bridge.log")
@@ -81,7 +81,7 @@ def test_an_unknown_user_stops_the_bridge_with_exit_6_naming_it(kafka_secure, sq
     assert "User:nobody-here" in error and "--entity-name nobody-here" in error
 
 
-def test_an_untrusted_certificate_stops_the_bridge_with_exit_7_naming_the_ca(kafka_secure, sqlite_url,
+def test_an_untrusted_certificate_stops_the_bridge_with_exit_8_naming_the_ca(kafka_secure, sqlite_url,
                                                                              tmp_path) -> None:
     other_ca = tmp_path / "other-ca.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "k"),
@@ -96,7 +96,7 @@ def test_an_untrusted_certificate_stops_the_bridge_with_exit_7_naming_the_ca(kaf
     assert f"KAFKA_SSL_CA_LOCATION={other_ca}" in error and f"User:{user.name}" in error
 
 
-def test_a_missing_write_acl_stops_the_bridge_with_exit_8_naming_topic_and_operation(kafka_secure, sqlite_url,
+def test_a_missing_write_acl_stops_the_bridge_with_exit_9_naming_topic_and_operation(kafka_secure, sqlite_url,
                                                                                    tmp_path) -> None:
     aggregate = f"acl{uuid.uuid4().hex[:6]}"
     topic = f"outbox.event.{aggregate}"

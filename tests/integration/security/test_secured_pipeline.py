@@ -26,6 +26,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from bridge.kafka.access import EXIT_AUTHENTICATION, EXIT_DENIED
 from bridge.kafka.acls import bridge_bindings, projection_bindings, projection_group_prefix
 from bridge.migrate import upgrade
 from projections.examples import orders_current
@@ -160,9 +161,9 @@ def _pipeline(kafka: SecureKafka, db_url: str, spark: Any, jars: Path, work: Pat
         _run([bridge_cli, "status", "--json"], bridge_env, 60, "status --json", run)
         # An operator's mistakes, as they see them: a wrong password, and a topic the bridge may not describe.
         wrong = bridge_env | {"KAFKA_SASL_PASSWORD": "wrong-" + uuid.uuid4().hex}
-        _run([bridge_cli, "topics", "check"], wrong, 60, "error: wrong password", run, expect=6)
+        _run([bridge_cli, "topics", "check"], wrong, 60, "error: wrong password", run, expect=EXIT_AUTHENTICATION)
         _run([bridge_cli, "topics", "check", "--topic", "someone.elses.topic"], bridge_env, 60,
-             "error: missing ACL", run, expect=8)
+             "error: missing ACL", run, expect=EXIT_DENIED)
         bridge.signal(signal.SIGTERM)
         assert bridge.wait(60) == 0
     finally:
