@@ -7,6 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BROKERS ?= 1
 SECURE ?= 0
+SPARK ?=
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed
 # SQL Server tests: Microsoft's ODBC driver from PyPI, registered with unixODBC in ODBC_DIR only.
@@ -22,20 +23,35 @@ export SPARK_LOCAL_IP := 127.0.0.1
 
 help: ## show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
-	@echo "  Variables: BROKERS=1|3 (make up), PYTEST_ARGS=... (make test), TEST_SQLSERVER_URL=mssql+pyodbc://... (make test)"
+	@echo "  Variables: BROKERS=1|3 and SPARK=standalone (make up), PYTEST_ARGS=... (make test), TEST_SQLSERVER_URL=mssql+pyodbc://... (make test)"
+
+# pip's full output is a few hundred lines; show one line per package it fetches, then how many it installs.
+PIP_PROGRESS := awk '/^Collecting /{n++; printf "  %3d %s\n", n, $$2; fflush()} \
+  /^Installing collected packages: /{k = split(substr($$0, 32), names, ", "); printf "  installing %d package%s ...\n", k, k == 1 ? "" : "s"; fflush()} \
+  /^Successfully installed /{printf "  installed %d package%s\n", NF - 2, NF == 3 ? "" : "s"; fflush()}'
 
 $(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[spark,dev,bench]'
+	@test -x $(PY) || { echo "creating the virtualenv $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "upgrading pip in $(VENV)"
+	@$(PY) -m pip install -q --upgrade pip
+	@echo "installing outbox-bridge (editable) and its pinned dependencies into $(VENV), extras spark, dev, bench:"
+	@echo "PySpark and delta-spark (the largest, a few hundred MB), confluent-kafka, SQLAlchemy, pytest, ruff, mypy, ..."
+	@set -o pipefail; $(PY) -m pip install --progress-bar off -e '.[spark,dev,bench]' | $(PIP_PROGRESS)
 	@touch $(STAMP)
 
 venv: $(STAMP) ## create .venv and install the project with its pinned dependencies
 
-sysdeps: ## install the Debian packages the tests use when missing (promtool/prometheus; PostgreSQL comes with `up`)
-	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; \
-	  else echo "promtool is missing: sudo apt-get install prometheus" >&2; exit 1; fi; }
+sysdeps: ## install Prometheus (promtool, prometheus) from Debian's packages when missing, its service left off
+	@if command -v promtool >/dev/null && command -v prometheus >/dev/null; then \
+	  echo "Prometheus for the alert-rule and scrape tests: promtool and prometheus are installed"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  echo "Prometheus for the alert-rule and scrape tests: installing Debian's prometheus package (apt-get)," \
+	    "without starting its service or enabling it at boot"; \
+	  ops/apt-install.sh prometheus; \
+	else \
+	  echo "promtool and prometheus are missing: run \`sudo ops/apt-install.sh prometheus\` (Debian's" \
+	    "package, its service left off) or \`sudo apt-get install prometheus\`" >&2; exit 1; \
+	fi
 
 mssql-driver: $(STAMP) ## SQL Server tests: unixODBC (apt), pyodbc and Microsoft's ODBC Driver 18 (PyPI), registered in .run/odbc
 	@ldconfig -p | grep -q 'libodbc\.so\.2 ' || { \
@@ -44,20 +60,25 @@ mssql-driver: $(STAMP) ## SQL Server tests: unixODBC (apt), pyodbc and Microsoft
 	$(PY) -m pip install -q -e '.[mssql]' '$(MSSQL_ODBC_PACKAGE)'
 	$(PY) ops/mssql_odbc.py $(ODBC_DIR)
 
-jars: $(STAMP) ## resolve the Kafka broker, Spark Kafka connector and Delta jars into .cache/jars
+jars: $(STAMP) ## resolve the Kafka broker, Spark Kafka connector, Delta, Kafka Connect and Debezium jars into .cache/jars
 	$(PY) ops/localstack.py jars kafka spark
+	$(PY) ops/connect.py jars
 
-up: $(STAMP) ## start Kafka (BROKERS=1 or 3; SECURE=1: SASL_SSL, TLS, ACLs) and PostgreSQL on loopback; writes .run/stack.env
+up: $(STAMP) ## start Kafka (BROKERS=1 or 3; SECURE=1: SASL_SSL, TLS, ACLs) and PostgreSQL on loopback; writes .run/stack.env (SPARK=standalone: a Spark cluster too)
 	$(PY) ops/localstack.py up --brokers $(BROKERS) $(if $(filter 1,$(SECURE)),--secure)
+	@if [ "$(SPARK)" = standalone ]; then $(PY) ops/sparkcluster.py up; \
+	elif [ -n "$(SPARK)" ]; then echo "SPARK=$(SPARK) is not known; use SPARK=standalone (a master and two workers on 127.0.0.1)" >&2; exit 2; fi
 
-down: ## stop every process the local stack started
-	@if [ -x $(PY) ]; then $(PY) ops/localstack.py down; else $(PYTHON) ops/localstack.py down; fi
+down: ## stop every process the local stack started (and the Spark cluster of SPARK=standalone)
+	@if [ -x $(PY) ]; then $(PY) ops/sparkcluster.py down; $(PY) ops/localstack.py down; else $(PYTHON) ops/localstack.py down; fi
 
 status: $(STAMP) ## show which stack processes run
 	$(PY) ops/localstack.py status
 
-test: $(STAMP) jars sysdeps $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
-	$(PY) -m pytest $(PYTEST_ARGS)
+# sysdeps first, so the run says what it installs before it starts. -v: one line per test, so a long file shows
+# progress; the slowest tests are listed at the end (--durations in pyproject.toml).
+test: sysdeps $(STAMP) jars $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
+	$(PY) -m pytest -v $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## run only the fast unit tests
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
@@ -66,7 +87,7 @@ lint: $(STAMP) ## ruff and mypy (strict on bridge/ and projections/)
 	$(VENV)/bin/ruff check bridge projections tests ops bench migrations
 	$(VENV)/bin/mypy bridge projections
 
-demo: $(STAMP) jars ## run the end-to-end demo on embedded defaults
+demo: $(STAMP) jars ## run the end-to-end demo on embedded defaults (starts Kafka and leaves it running: `make down`)
 	$(PY) -m bridge.demo
 
 bench: $(STAMP) jars ## run the benchmark suite; results go to docs/BENCHMARKS.md

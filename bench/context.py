@@ -31,6 +31,7 @@ class Sizes:
     b6_seconds: float
     b6_rate: int
     b7_small_events: int
+    b8_events: int
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,6 +53,7 @@ FULL = Sizes(
     b6_seconds=60.0,
     b6_rate=1_000,
     b7_small_events=100_000,
+    b8_events=1_000_000,
 )
 
 QUICK = Sizes(
@@ -70,6 +72,7 @@ QUICK = Sizes(
     b6_seconds=10.0,
     b6_rate=1_000,
     b7_small_events=10_000,
+    b8_events=5_000,
 )
 
 

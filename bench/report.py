@@ -8,6 +8,7 @@ it was written against.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def render(results: dict[str, Any], images: dict[str, Path], base: Path) -> str:
     bench = results.get("benchmarks", {})
     parts = [_header(results), _summary(bench), _b1(bench, images, base), _b2(bench), _b3(bench, images, base),
              _b4(bench, images, base), _b5(bench, images, base), _b6(bench, images, base), _b7(bench, images, base),
-             _analysis(results), _method(results)]
+             _b8(bench, results.get("versions", {})), _analysis(results), _method(results)]
     return "\n".join(p for p in parts if p).rstrip() + "\n"
 
 
@@ -168,6 +169,21 @@ def _summary(bench: dict[str, Any]) -> str:
         text = ", ".join(f"{s['peak_mb']} MB at {s['events']:,}" for s in sizes.values())
         rows.append(f"| B7 | bridge peak RSS during the drain | {text} | {DASH} | <= 150 MB, flat "
                     f"| {_verdict(b7.get('meets_target'))} |")
+    b8 = bench.get("B8")
+    problem = _failed(b8)
+    if problem:
+        rows.append(f"| B8 | bridge beside warm Debezium | {problem} | | ahead of Debezium (aim 2x) | {DASH} |")
+    else:
+        assert b8 is not None
+        for phase, label in (("backlog", "backlog drain"), ("concurrent", "inserts running concurrently")):
+            ours, theirs = b8["bridge"][phase], b8["debezium"][phase]
+            ratio = b8["bridge_over_debezium"].get(phase)
+            ahead = None if ratio is None else ratio > 1
+            rows.append(
+                f"| B8 | {label} ({b8['events_per_phase']:,} events) | {_n(ours['events_per_s'])} events/s, "
+                f"{_n(ours['relay_cpu_s_per_100k'], 2)} CPU s per 100k | Debezium {_n(theirs['events_per_s'])} "
+                f"events/s, {_n(theirs['relay_cpu_s_per_100k'], 2)} CPU s per 100k | ahead of Debezium (aim 2x; "
+                f"got {DASH if ratio is None else f'{ratio:.2f}x'}) | {_verdict(ahead)} |")
     return "\n".join(rows) + "\n"
 
 
@@ -413,6 +429,93 @@ def _b7(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
                   f"flat: {_verdict(b7.get('meets_target'))}."]
     lines.append(_image(images, "rss", base, "RSS over time"))
     return "\n".join(lines) + "\n"
+
+
+B8_METHOD = [
+    "Debezium 3.4.3.Final (PostgreSQL connector, `plugin.name=pgoutput`, Outbox Event Router) in a Kafka Connect "
+    "4.1.1 worker, both resolved from Maven Central by `ops/maven/kafka-connect` and `ops/maven/debezium` (no "
+    "Docker) and run by `ops/connect.py`: distributed mode, one worker, on the same 1-broker Kafka and the same "
+    "PostgreSQL as the bridge, internal topics with replication 1. The worker's producer is set like the bridge's "
+    "(Connect's own defaults are not idempotent): `enable.idempotence=true`, `acks=all`, 5 requests in flight, "
+    "and the bridge's defaults for `linger.ms`, `batch.size`, `compression.type` and `delivery.timeout.ms`. The "
+    "connector keeps Debezium's defaults (`max.batch.size`, `max.queue.size`, `lsn.flush.mode`) except "
+    "`poll.interval.ms=10` (the default 500 ms wait on an empty queue is the usual first tuning); the router "
+    "is set to produce our record format (`ops/debezium.py`, checked field by field by "
+    "`tests/integration/peers/test_debezium_records.py`).",
+    "Each relay has its own database and topic (6 partitions, 512-byte payloads, 10,000 keys) and they never run "
+    "at the same time. Debezium is measured warm: its worker starts, a first run of N events is reported as "
+    "*cold first run*, and only then come the backlog (rows written while the connector is stopped, then "
+    "resumed: WAL streamed from its slot) and concurrent (N rows COPYed in 1% transactions while it runs) "
+    "phases; *restart* stops the worker, writes N rows and starts a new JVM. The bridge: a loaded backlog, then "
+    "the same concurrent load, then a stop, N rows and a new process. Rate: records acknowledged per second "
+    "from the first new record to the last (topic high watermarks every 0.1 s). CPU: user+system seconds of "
+    "the relay process over the same span (the whole worker JVM for Debezium), per 100,000 events; for "
+    "Debezium also PostgreSQL's walsender, which decodes the WAL for it.",
+    "Logical decoding reads the whole server's WAL, whichever database wrote it: on a shared PostgreSQL, other "
+    "databases' writes during a Debezium phase cost it time and walsender CPU that the bridge, which queries "
+    "only its table, does not pay. Run B8 on a quiet server.",
+    "Not included: Confluent's JDBC Source connector. It is published only to Confluent's own Maven repository "
+    "(packages.confluent.io) under the Confluent Community License, not to Maven Central, so the project's "
+    "Maven set-up (Maven Central only) cannot fetch it; and its incrementing mode (`WHERE id > last`) is known "
+    "to skip rows whose transactions commit out of id order, which no throughput figure would show.",
+]
+
+
+def _b8(bench: dict[str, Any], versions: dict[str, Any]) -> str:
+    b8 = bench.get("B8")
+    lines = ["## B8: the bridge beside Debezium", "", *(f"{paragraph}\n" for paragraph in B8_METHOD)]
+    problem = _failed(b8)
+    if problem:
+        hint = " yet: `python -m bench.run --only B8` measures it" if problem == "not run" else ""
+        return "\n".join([*lines, *_record_format(None), "", f"{problem[0].upper()}{problem[1:]}{hint}."]) + "\n"
+    assert b8 is not None
+    dbz, ours = b8["debezium"], b8["bridge"]
+    lines += [
+        f"{b8['events_per_phase']:,} events per phase; Kafka Connect {dbz.get('kafka_connect_version', DASH)}, "
+        f"Debezium {b8['debezium_version']}, worker heap `{dbz.get('worker_heap', DASH)}`, worker start-up "
+        f"{_n(dbz.get('worker_start_s'), 1)} s; librdkafka {versions.get('librdkafka', DASH)} for the bridge.",
+        "",
+        "| phase | Debezium events/s | bridge events/s | bridge / Debezium | Debezium CPU s per 100k (walsender) "
+        "| bridge CPU s per 100k | Debezium cores | bridge cores |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    names = {"backlog": "backlog drain (Debezium warm)", "concurrent": "inserts running concurrently",
+             "restart": "first N after a restart"}
+    for phase, label in names.items():
+        d, o = dbz.get(phase, {}), ours.get(phase, {})
+        ratio = b8.get("bridge_over_debezium", {}).get(phase)
+        lines.append(
+            f"| {label} | {_n(d.get('events_per_s'))} | {_n(o.get('events_per_s'))} | "
+            f"{DASH if ratio is None else f'{ratio:.2f}x'} | {_n(d.get('relay_cpu_s_per_100k'), 2)} "
+            f"({_n(d.get('walsender_cpu_s_per_100k'), 2)}) | {_n(o.get('relay_cpu_s_per_100k'), 2)} | "
+            f"{_n(d.get('relay_cores'), 2)} | {_n(o.get('relay_cores'), 2)} |")
+    cold = dbz.get("cold_first_run", {})
+    lines += [
+        "",
+        f"Debezium's cold first run after the worker started: {_n(cold.get('events_per_s'))} events/s. After a "
+        f"restart the first record came {_n(dbz.get('restart', {}).get('first_record_after_s'), 1)} s after the "
+        f"worker was started (bridge: {_n(ours.get('restart', {}).get('first_record_after_s'), 1)} s).",
+        "",
+        *_record_format(b8.get("record_format_differences")),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _record_format(differences: dict[str, str] | None) -> list[str]:
+    """The record-format comparison's outcome: from the run, else from ops/debezium.py itself."""
+    if differences is None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ops"))
+        import debezium
+
+        differences = dict(debezium.DIFFERENCES)
+    return [
+        "Record format (the router set up as in `ops/debezium.py`, compared field by field by "
+        "`tests/integration/peers/test_debezium_records.py`): the same topic name, key, partition, value bytes and "
+        "`event_id`, `event_type`, `aggregate_type`, `seq` header bytes, in the same header order. Differences the "
+        "router cannot remove:",
+        "",
+        *(f"- {name}: {text}." for name, text in differences.items()),
+    ]
 
 
 def _analysis(results: dict[str, Any]) -> str:

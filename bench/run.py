@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, str] = {
     "B4": "bench.b4_crash",
     "B5": "bench.b5_projection",
     "B6": "bench.b6_end_to_end",
+    "B8": "bench.b8_debezium",
 }
 
 

@@ -1,10 +1,14 @@
-"""`outbox-bridge`: run the daemon, migrate the outbox, show status, check topics.
+"""`outbox-bridge`: run the daemon, migrate the outbox, grant least-privilege roles, show status, check topics,
+check everything (doctor).
 
 Configuration comes from flags, then environment variables, then a TOML file (`--config` or
-OUTBOX_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration,
-3 halted on a poison event, 4 unsafe topic, 5 request refused (nothing changed), and when Kafka refuses
-the bridge: 7 authentication failed (wrong password or unknown user), 8 the brokers' TLS certificate is not
-trusted, 9 an ACL is missing (6 is kept for the database refusing the login).
+OUTBOX_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration (a database
+that is not migrated, or TLS to it that fails verification, included), 3 halted on a poison event, 4 unsafe
+topic, 5 request refused (nothing changed), 6 the database refused the login (wrong password or unknown
+user: fix OUTBOX_DB_URL or the role, then start again; not retried), and when Kafka refuses the bridge
+(not retried either): 7 authentication failed (wrong password or unknown user), 8 the brokers' TLS
+certificate is not trusted, 9 an ACL is missing; `doctor` exits 1 when a check failed.
+New here? Start with `outbox-bridge doctor`.
 """
 
 from __future__ import annotations
@@ -15,13 +19,14 @@ import logging
 import sys
 from typing import Any
 
-from bridge.errors import ConfigurationError, OutboxError
+from bridge.errors import ConfigurationError, DatabaseLoginError, OutboxError
 
 log = logging.getLogger("bridge.cli")
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_REFUSED = 5
+EXIT_DB_LOGIN = 6
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -48,13 +53,13 @@ def _config(args: argparse.Namespace) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bridge import logs
-    from bridge.daemon import BridgeDaemon
+    from bridge.daemon import build_daemon
     from bridge.http import serve
 
     config = _config(args)
     logs.configure(config.log_level.value, json_lines=not args.plain_logs)
     log.info("starting outbox bridge", extra={"config": config.masked()})
-    daemon = BridgeDaemon(config)
+    daemon = build_daemon(config)
     daemon.install_signal_handlers()
     server = None
     if config.metrics_port:
@@ -78,6 +83,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return migrate_command(url, sql=args.sql, revision=args.revision, downgrade=args.downgrade)
 
 
+def cmd_grants(args: argparse.Namespace) -> int:
+    from bridge import grants
+
+    config = _config(args)
+    url = config.db_url.get_secret_value()
+    dialect = args.dialect or grants.dialect_of(url)
+    retention = config.retention_period is not None if args.grant_delete is None else args.grant_delete
+    plan = grants.RolePlan(dialect=dialect, writer=args.writer_role, bridge=args.bridge_role, schema=args.schema,
+                           retention=retention)
+    if args.sql:
+        sys.stdout.write(grants.render(plan))
+        return 0
+    count = grants.apply(url, plan)
+    print(f"applied {count} statements: {plan.writer} may append events, {plan.bridge} may publish them "
+          f"({'with' if retention else 'without'} DELETE for retention)")
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from bridge.status import collect_status, render_status
 
@@ -90,6 +113,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from bridge.doctor import doctor_command
+
+    return doctor_command(_config(args), args.json)
+
+
 def cmd_topics(args: argparse.Namespace) -> int:
     from bridge.status import topics_command
 
@@ -97,7 +126,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 
 def _confirm(question: str, assume_yes: bool) -> None:
-    from bridge.admin import RefusedError
+    from bridge.errors import RefusedError
 
     if assume_yes:
         return
@@ -121,39 +150,39 @@ def _report(result: dict[str, Any], as_json: bool, title: str) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from bridge import admin
+    from bridge import replay
 
     config = _config(args)
-    request = admin.ReplayRequest(
+    request = replay.ReplayRequest(
         from_seq=args.from_seq, to_seq=args.to_seq, aggregate_type=args.aggregate_type,
         event_type=args.event_type, mode=args.mode, topic=args.topic, reason=args.reason, dry_run=args.dry_run,
     )
-    plan = admin.plan_replay(config, request)
+    plan = replay.plan_replay(config, request)
     if args.dry_run:
         _report(plan | {"dry_run": True}, args.json, "replay plan (dry run: nothing changed)")
         return 0
     if args.mode == "rewind":
         _confirm(f"Rewind bridge {config.bridge_name!r} to re-publish {plan['events']} events from seq "
                  f"{args.from_seq} (watermark {plan['watermark']})?", args.yes)
-        result = admin.rewind(config, request, wait_s=args.wait)
+        result = replay.rewind(config, request, wait_s=args.wait)
     else:
         _confirm(f"Publish {plan['events']} events (seq {args.from_seq}..{plan['to_seq']}) to "
                  f"{', '.join(plan['topics']) or 'no topic'}?", args.yes)
-        result = admin.publish_range(config, request, show_progress=not args.json)
+        result = replay.publish_range(config, request, show_progress=not args.json)
     _report(result, args.json, f"replay ({args.mode})")
     return 0
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from bridge import admin
+    from bridge.store import maintenance
 
     config = _config(args)
-    older_than = admin.parse_duration(args.older_than)
-    plan = admin.cleanup(config, older_than, dry_run=True)
+    older_than = maintenance.parse_duration(args.older_than)
+    plan = maintenance.cleanup(config.database, older_than, dry_run=True)
     if not args.dry_run and plan["rows"]:
         _confirm(f"Delete {plan['rows']} published rows older than {args.older_than} (seq <= watermark "
                  f"{plan['watermark']})?", args.yes)
-        plan = admin.cleanup(config, older_than, dry_run=False, batch_size=args.batch_size,
+        plan = maintenance.cleanup(config.database, older_than, dry_run=False, batch_size=args.batch_size,
                              show_progress=not args.json)
     _report(plan, args.json, "cleanup" + (" (dry run: nothing changed)" if args.dry_run else ""))
     return 0
@@ -174,11 +203,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(run)
     run.add_argument("--max-in-flight", dest="max_in_flight", type=int,
                      help="events sent but not yet below the watermark (BRIDGE_MAX_IN_FLIGHT)")
-    run.add_argument("--metrics-port", dest="metrics_port", type=int, help="port of /metrics; 0 disables")
+    run.add_argument("--metrics-port", dest="metrics_port", type=int,
+                     help="port of /metrics, /healthz and /readyz; 0 disables (BRIDGE_METRICS_PORT)")
     run.add_argument("--poison-policy", dest="poison_policy", choices=["halt", "dead-letter"],
                      help="what to do with a row that can never be published (BRIDGE_POISON_POLICY)")
     run.add_argument("--allow-single-broker", dest="allow_single_broker", action="store_const", const=True,
-                     help="accept replication factor 1 on a one-broker development cluster")
+                     help="accept replication factor 1 on a one-broker development cluster "
+                     "(BRIDGE_ALLOW_SINGLE_BROKER)")
     run.add_argument("--retention", dest="retention", metavar="DURATION",
                      help="delete published rows older than DURATION (90m, 12h, 7d), never above the watermark, "
                      "every BRIDGE_RETENTION_INTERVAL_S; unset keeps every row (BRIDGE_RETENTION)")
@@ -194,10 +225,45 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--downgrade", action="store_true", help="downgrade to --revision instead")
     migrate.set_defaults(func=cmd_migrate)
 
+    grants = sub.add_parser(
+        "grants", help="least-privilege roles: an application writer and the bridge (print with --sql, or apply)",
+        description="Create a writer role (INSERT on domain_events and what the seq path needs) and a bridge role "
+                    "(SELECT on domain_events, DELETE only with retention, read-write on its own tables), each with "
+                    "exactly those rights. --sql prints the SQL for a DBA; without it, applies it to OUTBOX_DB_URL, "
+                    "which must then be the outbox's owner. Run after the migrations.")
+    _common(grants)
+    grants.add_argument("--sql", action="store_true", help="print the SQL instead of applying it (works offline)")
+    grants.add_argument("--dialect", choices=["postgresql", "mssql"],
+                        help="SQL for this database (default: the dialect of OUTBOX_DB_URL)")
+    grants.add_argument("--writer-role", default="outbox_writer", help="the application's role (default outbox_writer)")
+    grants.add_argument("--bridge-role", default="outbox_bridge", help="the bridge's role (default outbox_bridge)")
+    grants.add_argument("--schema", help="the outbox's schema (default: public on PostgreSQL, dbo on SQL Server)")
+    grants.add_argument("--retention", dest="grant_delete", action=argparse.BooleanOptionalAction, default=None,
+                        help="grant the bridge DELETE on domain_events for retention and cleanup "
+                             "(default: on when BRIDGE_RETENTION is set)")
+    grants.set_defaults(func=cmd_grants)
+
     status = sub.add_parser("status", help="watermark, head, lag, lease and what holds the horizon back")
     _common(status)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=cmd_status)
+
+    doctor = sub.add_parser(
+        "doctor", help="check everything the bridge depends on; exit 1 if anything failed",
+        description="Checks, each bounded in time, and says what to do about each problem: the database "
+                    "(reachable, migrated to the newest revision, the never-skip seq path, the login's privileges), "
+                    "the lease, the watermark against the head, what holds the horizon back, retention, and Kafka "
+                    "(reachable with the configured settings, topics safe, ACLs). Exits 1 if any check failed "
+                    "(warnings do not), so it can gate a deployment.")
+    _common(doctor)
+    doctor.add_argument("--poison-policy", dest="poison_policy", choices=["halt", "dead-letter"],
+                        help="as for run: dead-letter also checks the dead-letter topic (BRIDGE_POISON_POLICY)")
+    doctor.add_argument("--allow-single-broker", dest="allow_single_broker", action="store_const", const=True,
+                        help="as for run (BRIDGE_ALLOW_SINGLE_BROKER)")
+    doctor.add_argument("--retention", dest="retention", metavar="DURATION",
+                        help="as for run: also checks the DELETE privilege and overdue rows (BRIDGE_RETENTION)")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.set_defaults(func=cmd_doctor)
 
     topics = sub.add_parser("topics", help="check or fix the safety settings of the bridge's topics")
     _common(topics)
@@ -245,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from bridge.admin import RefusedError
+    from bridge.errors import RefusedError
     from bridge.kafka.access import KafkaAccessError
 
     try:
@@ -254,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     except RefusedError as exc:
         print(f"outbox-bridge: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    except DatabaseLoginError as exc:
+        print(f"outbox-bridge: {exc}", file=sys.stderr)
+        return EXIT_DB_LOGIN
     except KafkaAccessError as exc:
         print(f"outbox-bridge: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -664,14 +664,34 @@ class BridgeConfig(BaseSettings):
 
 
 def _env_values(env: Mapping[str, str]) -> dict[str, Any]:
-    """The settings given as environment variables (names from ENV_NAMES); an empty value means unset."""
+    """The settings given as environment variables (names from ENV_NAMES); ConfigurationError for a
+    variable that is set but empty, which is a mistake (`KAFKA_BOOTSTRAP_SERVERS=$UNSET_VAR`), not a
+    request for the default."""
     values: dict[str, Any] = {}
+    empty: list[str] = []
     for name, env_name in ENV_NAMES.items():
         raw = env.get(env_name)
-        if raw is None or raw.strip() == "":
+        if raw is None:
+            continue
+        if raw.strip() == "":
+            empty.append(name)
             continue
         values[name] = _decode_json_object(env_name, raw) if name == "producer_extra" else raw
+    if empty:
+        raise ConfigurationError("invalid configuration:\n  " + "\n  ".join(_empty_refusal(name) for name in empty))
     return values
+
+
+def _empty_refusal(name: str) -> str:
+    field = BridgeConfig.model_fields[name]
+    default = field.get_default(call_default_factory=True)
+    shown = "unset" if default is None else repr(default.value if isinstance(default, Enum) else default)
+    if name == "db_url":
+        shown = repr(mask_url(default.get_secret_value()))
+    return (
+        f"{ENV_NAMES[name]}='' (from the environment) is refused: it is set but empty; give a value "
+        f"({_accepted(name)}) or unset it to use the default ({shown})"
+    )
 
 
 def _decode_json_object(env_name: str, raw: str) -> dict[str, Any]:
@@ -728,6 +748,11 @@ def load_config(
     path, path_origin = (
         (toml_path, "argument") if toml_path is not None else (env.get(CONFIG_FILE_ENV), CONFIG_FILE_ENV)
     )
+    if path is not None and not str(path).strip():
+        raise ConfigurationError(
+            f"{CONFIG_FILE_ENV if path_origin == CONFIG_FILE_ENV else '--config'} is set but empty; name a TOML "
+            "file or unset it to read none"
+        )
     if path and not Path(path).expanduser().is_file():
         raise ConfigurationError(f"configuration file {path} (from {path_origin}) does not exist")
     _warn_unknown_env(env)

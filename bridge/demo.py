@@ -2,12 +2,19 @@
 
 An order generator writes events into a SQLite outbox, the real bridge daemon (`outbox-bridge run`, a
 subprocess) publishes them to the local Kafka broker, and a Spark projection fills a Delta table under
-`.run/lake`. A live table shows each stage catching up.
+`.run/lake`. A live table (on a terminal) or a plain line every few seconds (in a pipe or a log) shows
+each stage catching up.
+
+The demo starts only Kafka from the local stack: its outbox is a SQLite file, so it needs no PostgreSQL.
+Kafka stays running afterwards for the next run (`make down` stops it); the bridge and Spark stop with
+the demo.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import random
 import signal
@@ -17,7 +24,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from rich.console import Console
@@ -27,14 +34,49 @@ from sqlalchemy import create_engine, text
 
 from bridge.migrate import upgrade
 
+if TYPE_CHECKING:
+    from projections.demo import DemoProjection
+
 ROOT = Path(__file__).resolve().parent.parent
-RUN = ROOT / ".run"
-console = Console()
+# The same run directory as ops/localstack.py, which honours OUTBOX_RUN_DIR too.
+RUN = Path(os.environ.get("OUTBOX_RUN_DIR", ROOT / ".run")).resolve()
+LOGS = RUN / "logs"
+# Soft wrap: in a pipe the console is 80 columns wide, and a wrapped line would split a progress line in two.
+console = Console(soft_wrap=True, highlight=False)
+# In a pipe or a log file, one progress line this often (on a terminal the table refreshes in place).
+PLAIN_PROGRESS_EVERY_S = 5.0
 
 
-def stack_env() -> dict[str, str]:
-    """Start the local stack (idempotent) and return what it wrote to .run/stack.env."""
-    subprocess.run([sys.executable, str(ROOT / "ops" / "localstack.py"), "up"], check=True)
+def say(message: str = "") -> None:
+    console.print(message)
+
+
+def introduction(with_spark: bool) -> str:
+    """What the demo starts, what it leaves running and how to stop it, said before it starts anything."""
+    lines = [
+        "[bold]outbox demo[/]: orders written to a SQLite outbox, published to Kafka by the bridge"
+        + (", projected into Delta tables by Spark." if with_spark else "."),
+        "It starts:",
+        "  - Kafka, one local broker (ops/localstack.py up --no-postgres) unless one is already running; it keeps",
+        "    running after the demo, for the next run: [bold]make down[/] stops it",
+        f"  - the bridge, `outbox-bridge run` as a subprocess (log: {LOGS / 'demo-bridge.log'});"
+        " it stops with the demo",
+    ]
+    if with_spark:
+        lines.append(
+            f"  - Spark in this process, three projections (log: {LOGS / 'demo-spark.log'}); it stops with the demo"
+        )
+    lines.append("It does not start PostgreSQL: the demo's outbox is a SQLite file.")
+    return "\n".join(lines)
+
+
+def start_kafka() -> dict[str, str] | None:
+    """Start the local stack's Kafka (idempotent, no PostgreSQL); return its stack.env, or None if it failed."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "ops" / "localstack.py"), "up", "--no-postgres"], check=False
+    )
+    if result.returncode != 0:
+        return None
     values = {}
     for line in (RUN / "stack.env").read_text().splitlines():
         key, _, value = line.partition("=")
@@ -103,13 +145,106 @@ def watermark(db_url: str, bridge_name: str) -> int:
     return int(value or 0)
 
 
-def render(rows: list[tuple[str, str]]) -> Table:
+class SparkStart(threading.Thread):
+    """Starts the demo projections in the background: Spark takes about 20 s to come up, and the progress
+    shows the bridge at work meanwhile."""
+
+    def __init__(self, projection: DemoProjection) -> None:
+        super().__init__(daemon=True)
+        self.projection = projection
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        try:
+            self.projection.start()
+        except Exception as exc:  # noqa: BLE001 - handed to the watch loop, which reports it and stops
+            self.error = exc
+
+
+class Stage(NamedTuple):
+    """One row of the progress: how many events have reached this stage (None: not known yet)."""
+
+    label: str
+    short: str
+    events: int | None
+
+
+def shown(events: int | None) -> str:
+    return "(Spark starting)" if events is None else str(events)
+
+
+def render(frame: list[Stage]) -> Table:
     table = Table(title="outbox demo: SQLite outbox → bridge → Kafka → Spark → Delta")
     table.add_column("stage", style="bold")
     table.add_column("count", justify="right")
-    for stage, value in rows:
-        table.add_row(stage, value)
+    for stage in frame:
+        table.add_row(stage.label, shown(stage.events))
     return table
+
+
+def progress_line(elapsed_s: float, frame: list[Stage]) -> str:
+    """The plain form of a frame, for a pipe or a log file: one line, short names."""
+    return f"[{elapsed_s:3.0f} s] " + " | ".join(f"{stage.short} {shown(stage.events)}" for stage in frame)
+
+
+def leftovers(bootstrap: str, topic: str, lake: Path, db_path: Path) -> str:
+    return "\n".join([
+        f"Still running: Kafka at {bootstrap}, kept for the next run; [bold]make down[/] stops it "
+        "(`make status` shows it).",
+        f"Left on disk: the outbox {db_path}, the topic {topic} in Kafka, the Delta tables under {lake}; "
+        "`make clean` removes them with the rest of .run.",
+    ])
+
+
+def watch(
+    generator: OrderGenerator,
+    bridge: subprocess.Popen[bytes],
+    consumer: Consumer,
+    topic: str,
+    db_url: str,
+    spark: SparkStart | None,
+    started: float,
+) -> tuple[bool, str]:
+    """Show each stage catching up until every event is everywhere; return whether it did, and a summary."""
+    live = Live(render([]), console=console, refresh_per_second=2) if console.is_terminal else None
+    last_line = 0.0
+    settle_deadline = None
+    with live if live is not None else contextlib.nullcontext():
+        while True:
+            published = kafka_count(consumer, topic)
+            # Read each count once, so the frame shown and the decision to stop agree.
+            writing, written = generator.is_alive(), generator.written
+            frame = [
+                Stage("events written to the outbox", "written", written),
+                Stage("bridge watermark (persisted seq)", "watermark", watermark(db_url, "demo")),
+                Stage("records in Kafka", "in Kafka", published),
+            ]
+            projected = orders = None
+            if spark is not None:
+                if spark.error is not None:
+                    return False, f"[red]Spark did not start: {spark.error}; see {LOGS / 'demo-spark.log'}[/]"
+                if not spark.is_alive():
+                    projected, orders = spark.projection.event_count(), spark.projection.order_count()
+                frame += [Stage("events in the Delta event log", "in Delta", projected),
+                          Stage("orders in the latest-state table", "live orders", orders)]
+            done = (not writing and published >= written
+                    and (spark is None or (projected is not None and projected >= written)))
+            now = time.monotonic()
+            if live is not None:
+                live.update(render(frame))
+            elif done or now - last_line >= PLAIN_PROGRESS_EVERY_S:
+                say(progress_line(now - started, frame))
+                last_line = now
+            if done:
+                where = "Kafka and the Delta projections" if spark is not None else "Kafka"
+                return True, f"[green]demo done in {now - started:.0f} s: all {written} events reached {where}[/]"
+            if not writing:
+                settle_deadline = settle_deadline or now + 120
+                if now > settle_deadline:
+                    return False, f"[red]the pipeline did not catch up within 120 s; see {LOGS}[/]"
+            if bridge.poll() is not None:
+                return False, f"[red]the bridge exited with {bridge.returncode}; see {LOGS / 'demo-bridge.log'}[/]"
+            time.sleep(1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,8 +253,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of writing (default 30)")
     parser.add_argument("--no-spark", action="store_true", help="stop at Kafka, skip the projection")
     args = parser.parse_args(argv)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # Whole lines, flushed as they are written: in a pipe they stay in order with what the stack and
+        # Spark write to the same file, and none is cut in two by a block-sized flush.
+        sys.stdout.reconfigure(line_buffering=True)
+    started = time.monotonic()
 
-    env = stack_env()
+    say(introduction(with_spark=not args.no_spark))
+    say()
+    env = start_kafka()
+    if env is None:
+        say("[red]the local Kafka did not start: see the lines from ops/localstack.py above; "
+            "`make down` stops what did start[/]")
+        return 1
+    bootstrap = env["KAFKA_BOOTSTRAP_SERVERS"]
     demo_dir = RUN / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
     db_path = demo_dir / "outbox.db"
@@ -130,75 +277,51 @@ def main(argv: list[str] | None = None) -> int:
     topic_template = f"demo{run_id}.{{aggregate_type}}"
     topic = topic_template.replace("{aggregate_type}", "order")
     lake = Path(env.get("PROJECTIONS_LAKE_PATH", RUN / "lake")) / f"demo-{run_id}"
-    console.print(f"[bold]outbox[/] {db_url}\n[bold]kafka[/]  {env['KAFKA_BOOTSTRAP_SERVERS']} topic {topic}\n"
-                  f"[bold]lake[/]   {lake}")
+    say(f"[bold]outbox[/] {db_url}\n[bold]kafka[/]  {bootstrap} topic {topic}\n[bold]lake[/]   {lake}")
 
     bridge_env = {
         **os.environ,
         "OUTBOX_DB_URL": db_url,
-        "KAFKA_BOOTSTRAP_SERVERS": env["KAFKA_BOOTSTRAP_SERVERS"],
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "BRIDGE_NAME": "demo",
         "BRIDGE_TOPIC_TEMPLATE": topic_template,
         "BRIDGE_ALLOW_SINGLE_BROKER": "true",
         "BRIDGE_REPLICATION_FACTOR": "1",
         "BRIDGE_METRICS_PORT": "0",
     }
-    bridge_log = open(RUN / "logs" / "demo-bridge.log", "w")  # noqa: SIM115 - closed at the end
+    LOGS.mkdir(parents=True, exist_ok=True)
+    bridge_log = open(LOGS / "demo-bridge.log", "w")  # noqa: SIM115 - closed at the end
     bridge = subprocess.Popen([sys.executable, "-m", "bridge.cli", "run"], env=bridge_env,
                               stdout=bridge_log, stderr=subprocess.STDOUT)
     generator = OrderGenerator(db_url, args.rate, args.duration)
     generator.start()
-    projection = None
+    say(f"writing {args.rate:.0f} events/s for {args.duration:.0f} s; the bridge publishes them as they commit")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"demo-{run_id}"})
+    spark = None
     if not args.no_spark:
         from projections.demo import DemoProjection
 
-        projection = DemoProjection(env["KAFKA_BOOTSTRAP_SERVERS"], topic, lake)
-        projection.start()
-
-    consumer = Consumer({"bootstrap.servers": env["KAFKA_BOOTSTRAP_SERVERS"], "group.id": f"demo-{run_id}"})
-    published = 0
+        say("starting Spark and the projections in the background; the Delta counts appear once it is up")
+        spark = SparkStart(DemoProjection(bootstrap, topic, lake, spark_log=LOGS / "demo-spark.log"))
+        spark.start()
     try:
-        with Live(render([]), console=console, refresh_per_second=2) as live:
-            settle_deadline = None
-            while True:
-                published = kafka_count(consumer, topic)
-                # Read each count once, so the frame shown and the decision to stop agree.
-                writing, written = generator.is_alive(), generator.written
-                rows = [
-                    ("events written to the outbox", str(written)),
-                    ("bridge watermark (persisted seq)", str(watermark(db_url, "demo"))),
-                    ("records in Kafka", str(published)),
-                ]
-                projected = None
-                if projection is not None:
-                    projected = projection.event_count()
-                    rows += [("events in the Delta event log", str(projected)),
-                             ("orders in the latest-state table", str(projection.order_count()))]
-                live.update(render(rows))
-                done = not writing and published >= written and (projected is None or projected >= written)
-                if done:
-                    break
-                if not generator.is_alive():
-                    settle_deadline = settle_deadline or time.monotonic() + 120
-                    if time.monotonic() > settle_deadline:
-                        console.print("[red]the pipeline did not catch up within 120 s; see .run/logs/")
-                        return 1
-                if bridge.poll() is not None:
-                    console.print(f"[red]the bridge exited with {bridge.returncode}; see .run/logs/demo-bridge.log")
-                    return 1
-                time.sleep(1)
-        console.print(f"[green]all {generator.written} events reached Kafka"
-                      + (" and the Delta projections" if projection is not None else "") + "[/]")
-        if projection is not None:
-            projection.show()
-        return 0
+        ok, summary = watch(generator, bridge, consumer, topic, db_url, spark, started)
+        if ok and spark is not None:
+            spark.projection.show()
+    except KeyboardInterrupt:
+        ok, summary = False, "[yellow]demo interrupted[/]"
     finally:
+        say("stopping Spark and the bridge ..." if spark is not None else "stopping the bridge ...")
         consumer.close()
-        if projection is not None:
-            projection.stop()
+        if spark is not None:
+            spark.join(120)  # a session half built cannot be stopped cleanly
+            spark.projection.stop()
         bridge.send_signal(signal.SIGTERM)
         bridge.wait(60)
         bridge_log.close()
+    say(summary)
+    say(leftovers(bootstrap, topic, lake, db_path))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -7,6 +7,10 @@ class OutboxError(Exception):
     """Root of every error raised by this project."""
 
 
+class RefusedError(OutboxError):
+    """An operator's request was refused before anything changed; the message says why and what to do."""
+
+
 class ConfigurationError(OutboxError):
     """A setting is missing, malformed or unsafe; the message names the setting and the fix."""
 
@@ -17,6 +21,22 @@ class StoreError(OutboxError):
 
 class TransientStoreError(StoreError):
     """A database failure worth retrying (connection lost, server restarting, serialization failure)."""
+
+
+class DatabaseLoginError(StoreError):
+    """The database refused the login (wrong password, unknown user, not allowed to connect). Not retried:
+    the same login is refused again until an operator fixes the URL or the role."""
+
+
+class DatabaseTlsError(ConfigurationError):
+    """TLS to the database failed as configured (untrusted certificate, wrong host name, missing CA file,
+    a server without TLS); not retried, since a certificate does not fix itself."""
+
+
+class NotMigratedError(ConfigurationError, StoreError):
+    """The outbox tables are missing or older than this bridge: run `outbox-bridge migrate` first.
+
+    A configuration error (exit 2, never retried), raised where a store error would be."""
 
 
 class DuplicateEventError(StoreError):

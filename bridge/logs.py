@@ -38,3 +38,5 @@ def configure(level: str = "INFO", json_lines: bool = True) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     logging.getLogger("confluent_kafka").setLevel("WARNING")
+    # The start-up revision check configures an Alembic context, which announces itself at INFO.
+    logging.getLogger("alembic").setLevel("WARNING")

@@ -27,8 +27,9 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import SchemaItem
 
-from bridge.errors import ConfigurationError, OutboxError
+from bridge.errors import ConfigurationError, DatabaseLoginError, OutboxError
 from bridge.schema import HORIZON_COLUMNS, SUPPORTED_DIALECTS
+from bridge.store.engine import translate_refusals
 from bridge.store.failures import store_error
 
 #: The Alembic environment and revisions, at the repository root next to the `bridge` package.
@@ -88,7 +89,7 @@ def head() -> str:
 
 
 @contextmanager
-def _connected(url: str | URL, doing: str) -> Iterator[Connection]:
+def connected(url: str | URL, doing: str) -> Iterator[Connection]:
     """One connection in one transaction: on PostgreSQL and SQL Server a failed migration leaves nothing."""
     parsed = parse_url(url)
     try:
@@ -98,6 +99,7 @@ def _connected(url: str | URL, doing: str) -> Iterator[Connection]:
             f"cannot load the database driver for {masked(parsed)!r} ({exc}); install it (SQL Server: "
             "pip install 'outbox-bridge[mssql]') or name an installed one, e.g. postgresql+psycopg://"
         ) from exc
+    translate_refusals(engine)
     try:
         with engine.begin() as conn:
             yield conn
@@ -109,7 +111,7 @@ def _connected(url: str | URL, doing: str) -> Iterator[Connection]:
 
 def _run_online(url: str | URL, revision: str, *, down: bool) -> None:
     config = alembic_config()
-    with _connected(url, f"migrating the outbox schema to {revision}") as conn:
+    with connected(url, f"migrating the outbox schema to {revision}") as conn:
         config.attributes["connection"] = conn
         try:
             if down:
@@ -160,7 +162,7 @@ def sql(url_or_dialect: str | URL, revision: str = "head", *, downgrade: bool = 
 
 def current(url: str | URL) -> str | None:
     """The revision the outbox tables at `url` are at, or None when they were never created."""
-    with _connected(url, "reading the outbox schema revision") as conn:
+    with connected(url, "reading the outbox schema revision") as conn:
         return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
 
@@ -181,7 +183,7 @@ def include_object(
 
 def migrate_command(url: str, sql: bool, revision: str, downgrade: bool) -> int:
     """`outbox-bridge migrate [--sql]`: run (or print) the migration, report on stdout/stderr, return
-    the exit status (0 done, 2 bad configuration, 1 database failure)."""
+    the exit status (0 done, 2 bad configuration or TLS, 6 login refused, 1 database failure)."""
     try:
         if sql:
             sys.stdout.write(_offline_sql(url, revision, down=downgrade))
@@ -190,6 +192,9 @@ def migrate_command(url: str, sql: bool, revision: str, downgrade: bool) -> int:
         at = current(url)
         print(f"outbox schema at {masked(url)}: revision {at or 'base (no outbox tables)'}")
         return 0
+    except DatabaseLoginError as exc:
+        print(f"outbox-bridge migrate: {exc}", file=sys.stderr)
+        return 6
     except ConfigurationError as exc:
         print(f"outbox-bridge migrate: {exc}", file=sys.stderr)
         return 2

@@ -40,6 +40,7 @@ def collect_status(config: BridgeConfig) -> dict[str, Any]:
             "lag_seconds": round((now - oldest.occurred_at).total_seconds(), 3) if oldest else 0.0,
             "in_flight": reported.get("in_flight", 0) if lease_active else 0,
             "active_instance": row.owner if lease_active and row else None,
+            "leading_since": reported.get("leading_since") if lease_active else None,
             "epoch": row.epoch if row else 0,
             "lease_expires_at": row.lease_expires_at.isoformat() if row and row.lease_expires_at else None,
             "heartbeat_at": row.heartbeat_at.isoformat() if row and row.heartbeat_at else None,

@@ -478,15 +478,8 @@ def pg_bin() -> Path:
     if not candidates:
         if os.geteuid() != 0:
             raise StackError("PostgreSQL server is not installed: `sudo apt-get install postgresql`, then retry")
-        log("installing PostgreSQL from Debian's packages (first run only)")
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"],
-            check=True,
-            env=env,
-            stdout=subprocess.DEVNULL,
-        )
+        log("installing PostgreSQL from Debian's packages (first run only; its system service left off)")
+        subprocess.run([str(ROOT / "ops" / "apt-install.sh"), "postgresql"], check=True, stdout=subprocess.DEVNULL)
         candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
         if not candidates:
             raise StackError("apt-get installed postgresql but no /usr/lib/postgresql/*/bin/initdb was found")
@@ -500,6 +493,37 @@ def as_pg_user(cmd: list[str]) -> list[str]:
     return cmd
 
 
+# ------------------------------------------------------------------------------------------ certificates
+
+
+def openssl(*args: str) -> None:
+    result = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise StackError(f"openssl {args[0]} failed: {result.stderr.strip()}; is openssl installed?")
+
+
+def make_certificate_authority(directory: Path, name: str) -> None:
+    """`ca.key` and a self-signed `ca.crt` in directory, valid for a year."""
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365", "-subj", f"/CN={name}",
+            "-keyout", str(directory / "ca.key"), "-out", str(directory / "ca.crt"),
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    (directory / "ca.key").chmod(0o600)
+
+
+def sign_server_certificate(directory: Path, stem: str, common_name: str, alt_names: list[str]) -> None:
+    """`<stem>.key` and `<stem>.crt` signed by directory's CA, for the given subjectAltNames."""
+    key, csr, crt = (directory / f"{stem}.{ext}" for ext in ("key", "csr", "crt"))
+    openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={common_name}",
+            "-keyout", str(key), "-out", str(csr))
+    extensions = directory / f"{stem}.ext"
+    extensions.write_text(f"subjectAltName = {', '.join(alt_names)}\nextendedKeyUsage = serverAuth\n"
+                          "basicConstraints = critical,CA:FALSE\n")
+    openssl("x509", "-req", "-in", str(csr), "-CA", str(directory / "ca.crt"), "-CAkey", str(directory / "ca.key"),
+            "-CAcreateserial", "-days", "365", "-sha256", "-extfile", str(extensions), "-out", str(crt))
+    csr.unlink()
+    extensions.unlink()
+
+
 class Postgres:
     """A private PostgreSQL cluster in `.run/pg`, listening on 127.0.0.1 only."""
 
@@ -509,6 +533,12 @@ class Postgres:
         self.data = self.home / "data"
         self.socket_dir = self.home / "socket"
         self.log_file = RUN / "logs" / "postgres.log"
+        self.tls_dir = self.home / "tls"
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA that signed the server's certificate: clients verify with sslmode=verify-full&sslrootcert=."""
+        return self.tls_dir / "ca.crt"
 
     @property
     def admin_url(self) -> str:
@@ -560,6 +590,12 @@ class Postgres:
                     "wal_level = logical\n"
                     "log_min_messages = warning\n"
                 )
+        self._ensure_tls()
+        changed = self._ensure_access()
+        if self.running() and changed:
+            # An older stack: TLS and password logins take effect on a reload, without a restart.
+            subprocess.run(as_pg_user([str(binaries / "pg_ctl"), "-D", str(self.data), "reload"]),
+                           capture_output=True, check=True)
         if not self.running():
             log(f"starting PostgreSQL on {HOST}:{self.port}")
             result = subprocess.run(
@@ -576,7 +612,64 @@ class Postgres:
                 raise StackError(f"PostgreSQL did not start: {result.stderr or result.stdout}; see {self.log_file}")
         wait_for(lambda: port_open(self.port), f"PostgreSQL on port {self.port}", 60, self.log_file)
         self._ensure_database()
-        log(f"PostgreSQL ready at {self.url}")
+        wait_for(self._tls_on, f"TLS on PostgreSQL port {self.port}", 30, self.log_file)
+        log(f"PostgreSQL ready at {self.url} (TLS: sslmode=verify-full&sslrootcert={self.ca_file})")
+
+    def _ensure_tls(self) -> None:
+        """A CA and a server certificate for 127.0.0.1 and localhost, made once per run directory."""
+        server_crt, server_key = self.tls_dir / "server.crt", self.tls_dir / "server.key"
+        if server_crt.exists() and server_key.exists() and self.ca_file.exists():
+            return
+        log(f"making a CA and a server certificate for PostgreSQL in {self.tls_dir}")
+        self.tls_dir.mkdir(parents=True, exist_ok=True)
+        make_certificate_authority(self.tls_dir, f"outbox local stack CA {uuid.uuid4().hex[:8]}")
+        sign_server_certificate(self.tls_dir, "server", "localhost", ["DNS:localhost", f"IP:{HOST}"])
+        server_key.chmod(0o600)
+        self._chown(self.tls_dir, server_crt, server_key, self.ca_file)
+
+    def _ensure_access(self) -> bool:
+        """TLS on, and password (SCRAM) logins for every role but the stack's passwordless superuser;
+        returns whether a file changed. Plain connections keep working: `host` lines match both."""
+        tls_conf = self.data / "outbox_tls.conf"
+        wanted_conf = (
+            "# outbox local stack: TLS with the certificate of .run/pg/tls (made per run directory)\n"
+            "ssl = on\n"
+            f"ssl_cert_file = '{self.tls_dir / 'server.crt'}'\n"
+            f"ssl_key_file = '{self.tls_dir / 'server.key'}'\n"
+        )
+        hba = self.data / "pg_hba.conf"
+        wanted_hba = (
+            "# outbox local stack: the superuser postgres logs in without a password (development only, loopback\n"
+            "# only); every other role needs its password (SCRAM), over TLS or not.\n"
+            "local   all          all                      trust\n"
+            "host    all          postgres  127.0.0.1/32   trust\n"
+            "host    all          postgres  ::1/128        trust\n"
+            "host    all          all       127.0.0.1/32   scram-sha-256\n"
+            "host    all          all       ::1/128        scram-sha-256\n"
+            "local   replication  all                      trust\n"
+            "host    replication  all       127.0.0.1/32   trust\n"
+        )
+        changed = False
+        for path, wanted in ((tls_conf, wanted_conf), (hba, wanted_hba)):
+            if not path.exists() or path.read_text() != wanted:
+                path.write_text(wanted)
+                self._chown(path)
+                changed = True
+        conf = self.data / "postgresql.conf"
+        include = "include_if_exists = 'outbox_tls.conf'\n"
+        if include not in conf.read_text():
+            with open(conf, "a") as handle:
+                handle.write(include)
+            changed = True
+        return changed
+
+    def _tls_on(self) -> bool:
+        import psycopg
+
+        with psycopg.connect(host=HOST, port=self.port, user="postgres", dbname="postgres", sslmode="verify-full",
+                             sslrootcert=str(self.ca_file), connect_timeout=5) as conn:
+            row = conn.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()
+            return bool(row and row[0])
 
     def _ensure_database(self) -> None:
         import psycopg
@@ -611,6 +704,7 @@ def write_env(cluster: KafkaCluster, pg: Postgres) -> Path:
         "KAFKA_BROKERS": str(cluster.brokers),
         "OUTBOX_DB_URL": pg.url,
         "OUTBOX_PG_ADMIN_URL": pg.admin_url,
+        "OUTBOX_PG_SSLROOTCERT": str(pg.ca_file),
         "SPARK_JARS_DIR": str(JARS / "spark"),
         "PROJECTIONS_LAKE_PATH": str(RUN / "lake"),
     }
@@ -626,7 +720,8 @@ def cmd_up(args: argparse.Namespace) -> None:
         if not args.no_spark_jars:
             ensure_jars("spark")
         pg = Postgres()
-        pg.up()
+        if not args.no_postgres:
+            pg.up()
         cluster = KafkaCluster(MAIN_CLUSTER, args.brokers, MAIN_KAFKA_PORT, secure=args.secure)
         cluster.up()
         env_file = write_env(cluster, pg)
@@ -644,6 +739,9 @@ def all_clusters() -> list[KafkaCluster]:
 
 def cmd_down(_: argparse.Namespace) -> None:
     with stack_lock():
+        from connect import stop_all  # Kafka Connect workers (ops/connect.py) are the brokers' clients: first
+
+        stop_all()
         for cluster in all_clusters():
             if cluster.any_running():
                 log(f"stopping Kafka {cluster.name}")
@@ -702,6 +800,16 @@ def cmd_pg_restart(_: argparse.Namespace) -> None:
     Postgres().restart()
 
 
+def cmd_pg_up(_: argparse.Namespace) -> None:
+    with stack_lock():
+        Postgres().up()
+
+
+def cmd_pg_down(_: argparse.Namespace) -> None:
+    with stack_lock():
+        Postgres().down()
+
+
 def cmd_jars(args: argparse.Namespace) -> None:
     for which in args.which:
         print(ensure_jars(which))
@@ -715,6 +823,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--no-spark-jars", action="store_true", help="skip resolving the Spark connector jars")
     up.add_argument("--secure", action="store_true",
                     help="SASL_SSL (SCRAM-SHA-512), TLS made per run, ACLs; client settings in .run/stack.env")
+    up.add_argument("--no-postgres", action="store_true", help="start only Kafka (the demo's outbox is SQLite)")
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop every process the stack started").set_defaults(func=cmd_down)
     sub.add_parser("status", help="show what runs").set_defaults(func=cmd_status)
@@ -739,6 +848,8 @@ def main(argv: list[str] | None = None) -> int:
     bstart.add_argument("--wait", action="store_true")
     bstart.set_defaults(func=cmd_broker_start)
     sub.add_parser("pg-restart", help="restart PostgreSQL (fault tests)").set_defaults(func=cmd_pg_restart)
+    sub.add_parser("pg-up", help="start only PostgreSQL (with TLS), wait until it answers").set_defaults(func=cmd_pg_up)
+    sub.add_parser("pg-down", help="stop only PostgreSQL").set_defaults(func=cmd_pg_down)
     jars = sub.add_parser("jars", help="resolve JVM jars through Maven into .cache/jars")
     jars.add_argument("which", nargs="+", choices=["kafka", "spark"])
     jars.set_defaults(func=cmd_jars)

@@ -2,7 +2,7 @@
 
 Settings come from flags, then environment variables, then a TOML file (`--config` or
 PROJECTIONS_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration,
-3 unknown projection, 5 refused (nothing changed).
+3 unknown projection, 5 refused (nothing changed); `doctor` exits 1 when a check failed.
 """
 
 from __future__ import annotations
@@ -327,6 +327,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from projections.doctor import doctor_command
+
+    settings = _settings(args)
+    return doctor_command(_catalog(settings).get(args.name), settings, args.json)
+
+
 def cmd_maintain(args: argparse.Namespace) -> int:
     from projections.lake import Lake
     from projections.maintenance import DEFAULT_RETAIN_HOURS, maintain
@@ -449,6 +456,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lag", action="store_true", help="also ask Kafka how many records are not applied yet")
     p.add_argument("--bootstrap-servers", dest="bootstrap_servers")
     p.set_defaults(func=cmd_status)
+
+    p = commands.add_parser(
+        "doctor", help="check what a projection depends on; exit 1 if anything failed",
+        description="Kafka reachable and the projection's topics there, the lake path writable, the checkpoint and "
+        "the table in agreement, the projection's lock and its progress; each with what to do. Exits 1 if a check "
+        "failed (warnings do not), so it can gate a deployment.",
+    )
+    _common(p)
+    p.add_argument("name", help="projection name (see `outbox-projections list`)")
+    p.add_argument("--bootstrap-servers", dest="bootstrap_servers",
+                   help="Kafka bootstrap servers (KAFKA_BOOTSTRAP_SERVERS)")
+    p.add_argument("--topic-template", dest="topic_template",
+                   help="topic per aggregate type, e.g. outbox.event.{aggregate_type} (BRIDGE_TOPIC_TEMPLATE)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_doctor)
 
     p = commands.add_parser("maintain", help="compact (OPTIMIZE), purge expired tombstones and VACUUM")
     _common(p)

@@ -22,13 +22,20 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 DEMO_PROJECTIONS = (order_events, orders_current, order_events_per_minute)
+# Spark's warnings to a file, errors only to the terminal: see the file's own comment.
+LOG_CONFIG = Path(__file__).resolve().parent / "demo-log4j2.properties"
 
 
 class DemoProjection:
     """The example projections over one topic, as background streaming queries in a local Spark."""
 
     def __init__(
-        self, bootstrap_servers: str, topic: str, lake: str | Path, trigger_interval_s: float = 3.0
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        lake: str | Path,
+        trigger_interval_s: float = 3.0,
+        spark_log: Path | None = None,
     ) -> None:
         self.settings = Settings(
             bootstrap_servers=bootstrap_servers,
@@ -40,13 +47,21 @@ class DemoProjection:
         self.projections = [
             dataclasses.replace(p, aggregate_types=(), topics=(topic,)) for p in DEMO_PROJECTIONS
         ]
+        self.spark_log = spark_log
         self.spark: SparkSession | None = None
         self.queries: list[StreamingQuery] = []
 
     def start(self) -> None:
+        """Start Spark and the projections; with `spark_log`, Spark logs there and prints only errors."""
         from projections.session import build_session
 
-        self.spark = build_session(app_name="outbox-demo", shuffle_partitions=2)
+        extra_conf = {}
+        if self.spark_log is not None:
+            # Read when the driver JVM starts, which in a plain Python process is this session's creation.
+            extra_conf["spark.driver.extraJavaOptions"] = (
+                f'"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}" "-Doutbox.demo.spark.log={self.spark_log}"'
+            )
+        self.spark = build_session(app_name="outbox-demo", shuffle_partitions=2, extra_conf=extra_conf)
         for projection in self.projections:
             self.queries.append(runner.start(self.spark, projection, self.settings))
 

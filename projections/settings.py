@@ -122,12 +122,22 @@ def load_settings(
     """Build Settings from flags (None means unset) > environment > TOML file > defaults."""
     env = os.environ if env is None else env
     merged: dict[str, Any] = {}
-    path = toml_path or env.get(CONFIG_FILE_ENV)
+    path = toml_path if toml_path is not None else env.get(CONFIG_FILE_ENV)
+    if path is not None and not str(path).strip():
+        raise ConfigurationError(f"{CONFIG_FILE_ENV} is set but empty; name a TOML file or unset it to read none")
     if path:
         merged.update(_toml_values(Path(path)))
     for name, variable in ENV_NAMES.items():
-        if env.get(variable, "") != "":
-            merged[name] = _convert(name, env[variable], variable)
+        if variable not in env:
+            continue
+        if env[variable].strip() == "":
+            # Set but empty is a mistake (`X=$UNSET_VAR`), not a request for the default.
+            default = next(f.default for f in fields(Settings) if f.name == name)
+            raise ConfigurationError(
+                f"{variable}='' (from the environment) is refused: it is set but empty; give a value or unset "
+                f"it to use the default ({default!r})"
+            )
+        merged[name] = _convert(name, env[variable], variable)
     for name, value in (flags or {}).items():
         if value is not None:
             merged[name] = _convert(name, value, f"--{name.replace('_', '-')}")

@@ -38,6 +38,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say where the services come from before the first test runs, and what is left running afterwards."""
+    local = "the local stack (ops/localstack.py, started when first needed and left running: `make down` stops it)"
+    docker = "testcontainers (a Docker engine answers); stopped at the end"
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        kafka = f"KAFKA_BOOTSTRAP_SERVERS={os.environ['KAFKA_BOOTSTRAP_SERVERS']}"
+    else:
+        kafka = docker if docker_engine_answers() else local
+    if os.environ.get("OUTBOX_DB_URL", "").startswith("postgresql"):
+        postgres = "OUTBOX_DB_URL"
+    else:
+        postgres = docker if docker_engine_answers() else f"{local}; installed from Debian's package when missing"
+    if os.environ.get("TEST_SQLSERVER_URL"):
+        sqlserver = "TEST_SQLSERVER_URL"
+    else:
+        sqlserver = docker if docker_engine_answers() else "none (no TEST_SQLSERVER_URL, no Docker): its tests skip"
+    return [
+        f"kafka: {kafka}; broker-fault tests: a 3-broker local cluster on port {KAFKA3_PORT}, left running",
+        f"postgresql: {postgres}",
+        f"sql server: {sqlserver}",
+    ]
+
+
 # ---------------------------------------------------------------------------------------- service sources
 
 
@@ -246,6 +269,48 @@ def postgres_url(pg_admin_url: str) -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     yield make_url(pg_admin_url).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@dataclass(frozen=True)
+class LocalPostgres:
+    """The local stack's PostgreSQL as `ops/localstack.py` runs it: TLS with a certificate for 127.0.0.1 and
+    localhost signed by a CA made per run directory (`ca_file`), passwords (SCRAM) for every role but the
+    stack's superuser `postgres`, whose `admin_url` needs none."""
+
+    admin_url: str
+    ca_file: Path
+
+    def tls(self, url: str, ca_file: Path | None = None) -> str:
+        """`url` verified against the CA (or `ca_file`): sslmode=verify-full."""
+        from sqlalchemy.engine import make_url
+
+        query = {"sslmode": "verify-full", "sslrootcert": str(ca_file or self.ca_file)}
+        return make_url(url).update_query_dict(query).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def local_pg() -> LocalPostgres:
+    """The server of OUTBOX_PG_ADMIN_URL when OUTBOX_PG_SSLROOTCERT names its CA, else the local stack's."""
+    if os.environ.get("OUTBOX_PG_SSLROOTCERT") and os.environ.get("OUTBOX_PG_ADMIN_URL"):
+        return LocalPostgres(os.environ["OUTBOX_PG_ADMIN_URL"], Path(os.environ["OUTBOX_PG_SSLROOTCERT"]))
+    env = local_stack_env()
+    return LocalPostgres(env["OUTBOX_PG_ADMIN_URL"], Path(env["OUTBOX_PG_SSLROOTCERT"]))
+
+
+@pytest.fixture()
+def local_pg_url(local_pg: LocalPostgres) -> Iterator[str]:
+    """A fresh, empty database on `local_pg` for one test (plain URL, as its superuser), dropped afterwards."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(local_pg.admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield make_url(local_pg.admin_url).set(database=name).render_as_string(hide_password=False)
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()

@@ -11,11 +11,16 @@ seen and cut, so a test can assert its faults really happened. The sockets, thre
         url = proxy.url_for(db_url)   # the same database, through the proxy
         ...
         assert proxy.cuts[Moment.ROLLBACK] > 0
+
+It can also hold a result back: `hold_result(column, min_rows)` holds the next result that names
+`column` and has at least `min_rows` rows (the server has run the query; the client waits for its
+answer, as behind a slow network or a slow server) until `release()`; `held` is set meanwhile.
 """
 
 from __future__ import annotations
 
 import socket
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
@@ -93,6 +98,10 @@ class FaultProxy(TcpProxy):
         super().__init__(upstream, *cuts)
         #: What clients sent, by message type and first word ("Q ROLLBACK", "P SELECT"): what the driver does.
         self.statements: Counter[str] = Counter()
+        #: Set while a result is held back (`hold_result`), cleared by `release`.
+        self.held = threading.Event()
+        self._hold: tuple[bytes, int] | None = None  # armed: (column name, fewest rows)
+        self._released = threading.Event()
 
     def __enter__(self) -> FaultProxy:
         self.start()
@@ -109,6 +118,40 @@ class FaultProxy(TcpProxy):
     def cut_next(self, moment: Moment, after_rows: int = 2) -> None:
         self.add(Cut(moment, every=1, times=1, after_rows=after_rows))
 
+    def hold_result(self, column: str, min_rows: int = 1) -> None:
+        """Hold back the next result (on any connection) that names `column` and has at least `min_rows`
+        rows, until `release()`."""
+        with self.lock:
+            self._hold = (column.encode(), min_rows)
+            self._released.clear()
+
+    def release(self) -> None:
+        """Let a held result go on (and disarm a hold not taken yet)."""
+        with self.lock:
+            self._hold = None
+        self._released.set()
+
+    def holds(self, row_description: Message) -> int | None:
+        """The fewest rows a result must have to be held, if a hold is armed for one of its columns."""
+        with self.lock:
+            if self._hold is None or self._hold[0] + b"\0" not in row_description.body:
+                return None
+            return self._hold[1]
+
+    def take_hold(self) -> bool:
+        """Take the armed hold for one result; False if another connection took it first."""
+        with self.lock:
+            if self._hold is None:
+                return False
+            self._hold = None
+        self.held.set()
+        return True
+
+    def wait_released(self) -> None:
+        while not self.stopping.is_set() and not self._released.wait(0.05):
+            pass
+        self.held.clear()
+
 
 class _PgPipe(Pipe):
     """One PostgreSQL connection: the client's statements and the server's rows are the moments."""
@@ -121,6 +164,8 @@ class _PgPipe(Pipe):
         self.from_server = Framer(client=False)
         self.listening = False
         self.rows = 0  # DataRows of the current result delivered so far
+        self.buffered: list[Message] | None = None  # a result that may be held, until it is complete
+        self.hold_rows = 0
 
     def client_sent(self, data: bytes) -> bool:
         forward: list[bytes] = []
@@ -144,6 +189,22 @@ class _PgPipe(Pipe):
     def server_sent(self, data: bytes) -> bool:
         forward: list[bytes] = []
         for message in self.from_server.feed(data):
+            if self.buffered is not None:
+                self.buffered.append(message)
+                if message.kind == COMMAND_COMPLETE:
+                    result, self.buffered = self.buffered, None
+                    rows = sum(m.kind == DATA_ROW for m in result)
+                    if rows >= self.hold_rows and self.proxy.take_hold():
+                        self.client.sendall(b"".join(forward))
+                        forward.clear()
+                        self.proxy.wait_released()
+                    forward.extend(m.raw for m in result)
+                continue
+            if message.kind == ROW_DESCRIPTION:
+                hold_rows = self.proxy.holds(message)
+                if hold_rows is not None:
+                    self.buffered, self.hold_rows = [message], hold_rows
+                    continue
             cut = False
             if message.kind in (ROW_DESCRIPTION, COMMAND_COMPLETE):
                 self.rows = 0

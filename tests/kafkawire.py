@@ -100,3 +100,100 @@ def response(correlation_id: int, body: bytes = b"") -> bytes:
     """A response frame with a v0 header."""
     payload = struct.pack("!i", correlation_id) + body
     return struct.pack("!i", len(payload)) + payload
+
+
+# ------------------------------------------------------------------------------ inside a Produce request
+
+#: The first Produce version with flexible (compact, tagged) encoding, and the first naming topics by id.
+_PRODUCE_FLEXIBLE = 9
+_PRODUCE_TOPIC_IDS = 13
+#: Where a record batch (magic 2) keeps its length and its record count.
+_BATCH_LENGTH_AT = 8
+_BATCH_COUNT_AT = 57
+
+
+class _Reader:
+    """Reads Kafka's primitive types from one frame, front to back."""
+
+    def __init__(self, raw: bytes, at: int) -> None:
+        self.raw = raw
+        self.at = at
+
+    def fixed(self, fmt: str) -> int:
+        (value,) = struct.unpack_from(fmt, self.raw, self.at)
+        self.at += struct.calcsize(fmt)
+        return int(value)
+
+    def uvarint(self) -> int:
+        value, shift = 0, 0
+        while True:
+            byte = self.raw[self.at]
+            self.at += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def skip(self, count: int) -> None:
+        if count < 0 or self.at + count > len(self.raw):
+            raise ProtocolError(f"a field of {count} bytes at {self.at} runs past the frame")
+        self.at += count
+
+    def tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.skip(self.uvarint())
+
+
+def client_id(frame: Frame) -> str | None:
+    """The client.id a request names (request header v1 and later: every request a client sends)."""
+    size = int(struct.unpack_from("!h", frame.raw, 12)[0])
+    return None if size < 0 else frame.raw[14:14 + size].decode(errors="replace")
+
+
+def produce_record_count(frame: Frame) -> int:
+    """How many records a Produce request (v3 and later: record batches) carries, over all its partitions.
+
+    Only the batch headers are read (the records may be compressed); raises ProtocolError when the
+    frame does not parse as a Produce request."""
+    try:
+        return _produce_record_count(frame)
+    except (struct.error, IndexError) as exc:
+        raise ProtocolError(f"not a Produce request v3 or later: {exc}") from exc
+
+
+def _produce_record_count(frame: Frame) -> int:
+    flexible = frame.api_version >= _PRODUCE_FLEXIBLE
+    reader = _Reader(frame.raw, 12)
+    reader.skip(max(0, reader.fixed("!h")))  # client id
+    if flexible:
+        reader.tags()
+        reader.skip(max(0, reader.uvarint() - 1))  # transactional id
+    else:
+        reader.skip(max(0, reader.fixed("!h")))
+    reader.skip(2 + 4)  # acks, timeout
+    records = 0
+    for _ in range(reader.uvarint() - 1 if flexible else reader.fixed("!i")):  # topics
+        if frame.api_version >= _PRODUCE_TOPIC_IDS:
+            reader.skip(16)
+        elif flexible:
+            reader.skip(reader.uvarint() - 1)
+        else:
+            reader.skip(reader.fixed("!h"))
+        for _ in range(reader.uvarint() - 1 if flexible else reader.fixed("!i")):  # partitions
+            reader.skip(4)  # partition index
+            size = reader.uvarint() - 1 if flexible else reader.fixed("!i")
+            start = reader.at
+            reader.skip(max(0, size))
+            at = start
+            while at < start + size:  # one or more record batches
+                length = int(struct.unpack_from("!i", frame.raw, at + _BATCH_LENGTH_AT)[0])
+                if length < _BATCH_COUNT_AT + 4 - 12:
+                    raise ProtocolError(f"a record batch of {length} bytes at {at} is shorter than its header")
+                records += int(struct.unpack_from("!i", frame.raw, at + _BATCH_COUNT_AT)[0])
+                at += 12 + length
+            if flexible:
+                reader.tags()
+        if flexible:
+            reader.tags()
+    return records

@@ -23,10 +23,11 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection
 
 from bridge.config import BridgeConfig, load_config
-from bridge.daemon import BridgeDaemon
+from bridge.daemon import BridgeDaemon, build_daemon
 from bridge.store.engine import make_engine
 from bridge.store.offsets import OffsetRow, OffsetStore
 from bridge.store.reader import Batch, TailReader
+from tests.dialects import writer_sql
 
 
 class Tail:
@@ -86,7 +87,7 @@ def running(bridge: RunningBridge) -> Iterator[RunningBridge]:
 
 
 def start_bridge(config: BridgeConfig, **kwargs: Any) -> RunningBridge:
-    daemon = BridgeDaemon(config, **kwargs)
+    daemon = build_daemon(config, **kwargs)
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(daemon.run()), daemon=True)
     thread.start()
@@ -116,11 +117,6 @@ def insert_events(db_url: str, count: int, aggregate_type: str = "order", aggreg
 #: Share of transactions that draw their seqs, then wait 50-500 ms before committing while later ones commit.
 LATE_SHARE = 0.3
 
-_INSERT_RETURNING = text(
-    "INSERT INTO domain_events (event_id, aggregate_type, aggregate_id, event_type, payload) "
-    "VALUES (:event_id, 'order', :aggregate_id, 'OrderPlaced', :payload) RETURNING seq"
-)
-
 
 @dataclass
 class Ledger:
@@ -144,9 +140,9 @@ class Ledger:
 
 def _insert(conn: Connection, rng: random.Random, aggregates: int) -> tuple[int, str]:
     event_id = f"e-{uuid.uuid4().hex}"
-    seq = conn.execute(_INSERT_RETURNING, {"event_id": event_id, "aggregate_id": f"a-{rng.randrange(aggregates)}",
-                                           "payload": json.dumps({"n": rng.randrange(1000)})}).scalar_one()
-    return int(seq), event_id
+    seq = writer_sql(conn).insert(conn, event_id, "order", f"a-{rng.randrange(aggregates)}",
+                                  json.dumps({"n": rng.randrange(1000)}), event_type="OrderPlaced")
+    return seq, event_id
 
 
 def _write(url: str, rng: random.Random, deadline: float, ledger: Ledger, aggregates: int) -> None:
@@ -171,7 +167,8 @@ def _write(url: str, rng: random.Random, deadline: float, ledger: Ledger, aggreg
 
 def write_out_of_seq_order(url: str, writers: int, seconds: float, aggregates: int) -> Ledger:
     """`writers` threads insert 'order' events for `seconds` over `aggregates` aggregates (a-0, a-1, ...),
-    directly into the database, some transactions committing after later seqs'; never a rollback."""
+    directly into the database (PostgreSQL or SQL Server: `tests.dialects`), some transactions committing
+    after later seqs'; never a rollback."""
     ledger = Ledger(seed=random.randrange(1 << 30))
     deadline = time.monotonic() + seconds
     threads = [threading.Thread(target=_write, args=(url, random.Random(ledger.seed + i), deadline, ledger,
@@ -357,3 +354,60 @@ def consume_all(bootstrap: str, topic: str, timeout: float = 120) -> list[Any]:
         return out
     finally:
         consumer.close()
+
+
+# ------------------------------------------------------------------------------- least-privilege roles
+
+
+@dataclass
+class Roles:
+    """The two group roles of `outbox-bridge grants`, and a login in each; URLs carry the logins' passwords."""
+
+    admin_url: str
+    writer: str
+    bridge: str
+    writer_url: str = ""
+    bridge_url: str = ""
+    passwords: dict[str, str] = field(default_factory=dict)
+
+    def grant(self, *flags: str) -> None:
+        """`outbox-bridge grants` applied as the admin, with these flags (e.g. --retention)."""
+        from bridge.cli import main
+
+        code = main(["grants", "--db-url", self.admin_url, "--writer-role", self.writer,
+                     "--bridge-role", self.bridge, *flags])
+        assert code == 0, f"outbox-bridge grants {' '.join(flags)} exited {code}"
+
+
+def login_url(url: str, user: str, password: str) -> str:
+    """`url` logging in as `user` with `password`."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(username=user, password=password).render_as_string(hide_password=False)
+
+
+@contextmanager
+def least_privilege_roles(admin_url: str) -> Iterator[Roles]:
+    """On a migrated outbox: the roles of `outbox-bridge grants` (no retention), a login with a random
+    password in each, all dropped at the end (roles are cluster-wide: names are unique per call)."""
+    suffix = uuid.uuid4().hex[:8]
+    roles = Roles(admin_url, writer=f"w_{suffix}", bridge=f"b_{suffix}")
+    roles.grant("--no-retention")
+    logins = {f"app_{suffix}": roles.writer, f"relay_{suffix}": roles.bridge}
+    roles.passwords = {login: uuid.uuid4().hex for login in logins}
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        for login, group in logins.items():
+            conn.execute(text(f"CREATE ROLE {login} LOGIN PASSWORD '{roles.passwords[login]}' IN ROLE {group}"))
+    roles.writer_url = login_url(admin_url, f"app_{suffix}", roles.passwords[f"app_{suffix}"])
+    roles.bridge_url = login_url(admin_url, f"relay_{suffix}", roles.passwords[f"relay_{suffix}"])
+    try:
+        yield roles
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY(:names)"),
+                         {"names": list(logins)})
+            for role in [*logins, roles.writer, roles.bridge]:
+                conn.execute(text(f"DROP OWNED BY {role}"))
+                conn.execute(text(f"DROP ROLE {role}"))
+        admin.dispose()

@@ -5,19 +5,24 @@ per connection (a `Pipe`) frames both directions with a protocol module and asks
 whether to cut at each moment the protocol names. A cut closes both sides at once, as a restart,
 failover or network drop does. Counters say how often each moment came by and was cut, so a test can
 assert its faults really happened. `tests.faultproxy` (PostgreSQL) and `tests.kafkaproxy` (Kafka) are
-the two protocols.
+the two protocols; `ChunkProxy` (below) reads none and cuts by position, for a protocol the suite cannot
+parse (SQL Server's TDS, usually inside TLS).
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import selectors
 import socket
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Protocol
+
+from sqlalchemy.engine import make_url
 
 #: How often the proxy's threads look at the stop flag.
 TICK_S = 0.1
@@ -236,3 +241,98 @@ def _outlives_join(thread: threading.Thread) -> bool:
     """Join `thread` (bounded); True when it is still alive afterwards."""
     thread.join(JOIN_S)
     return thread.is_alive()
+
+
+# ------------------------------------------------------------------------------------ cuts by position
+
+
+class Stream(Enum):
+    """Which way a chunk (what one read from a socket returned) was going when it was cut."""
+
+    REQUEST = "request"  # from the client; a cut one never reaches the server
+    REPLY = "reply"  # from the server; a cut one reaches the client only in part (possibly not at all)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkCut:
+    """Cut the `every`-th chunk of `moment` (None: of either stream), counted over all connections from
+    when the rule is added, at most `times` times (None: no limit). Each connection's first `after`
+    chunks of a stream are left alone, so a login completes and every connection gets work done. With
+    `chance` below 1, a chunk counts only with that probability, drawn from `seed`: random chunk
+    boundaries, the same draws in every run."""
+
+    moment: Stream | None = None
+    every: int = 1
+    times: int | None = None
+    after: int = 0
+    chance: float = 1.0
+    seed: int = 0
+    _draws: random.Random = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.every < 1 or (self.times is not None and self.times < 1) or self.after < 0 \
+                or not 0 < self.chance <= 1:
+            raise ValueError(f"a chunk cut needs every >= 1, times >= 1 or None, after >= 0, 0 < chance <= 1: {self}")
+        object.__setattr__(self, "_draws", random.Random(self.seed))
+
+    def matches(self, moment: Stream, index: int) -> bool:
+        """`index`: the chunk's place in its connection's stream, from 0."""
+        if (self.moment is not None and moment is not self.moment) or index < self.after:
+            return False
+        return self.chance >= 1 or self._draws.random() < self.chance
+
+
+class ChunkProxy(TcpProxy):
+    """A proxy on a free 127.0.0.1 port in front of `upstream` that forwards bytes as they come and cuts
+    connections by chunk position (`ChunkCut`), whatever the protocol; `seed` draws how much of a cut
+    reply gets through. Start and stop it with `with`."""
+
+    thread_prefix = "chunkproxy"
+
+    def __init__(self, upstream: tuple[str, int], *cuts: ChunkCut, seed: int = 0) -> None:
+        super().__init__(upstream, *cuts)
+        self._draws = random.Random(seed)
+
+    def __enter__(self) -> ChunkProxy:
+        self.start()
+        return self
+
+    def pipe(self, client: socket.socket, server: socket.socket) -> _ChunkPipe:
+        return _ChunkPipe(self, client, server)
+
+    def url_for(self, db_url: str) -> str:
+        """`db_url` (a SQLAlchemy URL of the upstream server, with host and port) rewritten to go through
+        this proxy."""
+        host, port = self.address
+        return make_url(db_url).set(host=host, port=port).render_as_string(hide_password=False)
+
+    def torn(self, chunk: bytes) -> bytes:
+        """The part of a cut reply that reaches the client: a prefix, never the whole chunk."""
+        with self.lock:
+            return chunk[: self._draws.randrange(len(chunk))]
+
+
+class _ChunkPipe(Pipe):
+    """One connection, its chunks counted per stream; the proxy's rules decide by position."""
+
+    proxy: ChunkProxy
+
+    def __init__(self, proxy: ChunkProxy, client: socket.socket, server: socket.socket) -> None:
+        super().__init__(proxy, client, server)
+        self.requests = 0
+        self.replies = 0
+
+    def client_sent(self, data: bytes) -> bool:
+        index, self.requests = self.requests, self.requests + 1
+        if self.proxy.decide(Stream.REQUEST, index):
+            return False
+        self.server.sendall(data)
+        return True
+
+    def server_sent(self, data: bytes) -> bool:
+        index, self.replies = self.replies, self.replies + 1
+        if self.proxy.decide(Stream.REPLY, index):
+            self.client.sendall(self.proxy.torn(data))
+            return False
+        self.client.sendall(data)
+        return True

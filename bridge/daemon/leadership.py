@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from bridge.metrics import BridgeMetrics
-from bridge.store.offsets import Lease, OffsetStore
+from bridge.store.offsets import Lease, LeaseStore
 
 log = logging.getLogger("bridge.daemon")
 
@@ -22,13 +23,15 @@ log = logging.getLogger("bridge.daemon")
 class Leadership:
     """The lease of one bridge name, for one instance."""
 
-    def __init__(self, offsets: OffsetStore, instance_id: str, lease_timeout_s: float,
+    def __init__(self, offsets: LeaseStore, instance_id: str, lease_timeout_s: float,
                  metrics: BridgeMetrics) -> None:
         self.offsets = offsets
         self.instance_id = instance_id
         self.lease_timeout_s = lease_timeout_s
         self._metrics = metrics
         self.lease: Lease | None = None
+        #: When this instance took the lease it holds (wall clock, UTC), for `status` and `doctor`.
+        self.since: datetime | None = None
         self._deadline = 0.0
 
     @property
@@ -78,11 +81,13 @@ class Leadership:
     def lost(self) -> None:
         """Stop counting on the lease (given up, lost, or stopped)."""
         self.lease = None
+        self.since = None
         self._deadline = 0.0
         self._metrics.is_leader.set(0)
 
     def _took(self, lease: Lease, started: float) -> None:
         self.lease = lease
+        self.since = datetime.now(UTC)
         self._deadline = started + self.lease_timeout_s
         self._metrics.is_leader.set(1)
         self._metrics.epoch.set(lease.epoch)

@@ -17,36 +17,40 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import FrameType
+from datetime import timedelta
+from types import FrameType, MappingProxyType
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
 
 from bridge.backoff import Backoff, BackoffPolicy
-from bridge.config import BridgeConfig
+from bridge.config import LoopSection, RetentionSection, TopicSection
 from bridge.core.holes import SeqRange
 from bridge.core.late import SettledHoles
 from bridge.core.refusals import Refusals
 from bridge.core.watermark import AckTracker
 from bridge.daemon import rewinds
 from bridge.daemon.leadership import Leadership
-from bridge.daemon.poison import PoisonGate
+from bridge.daemon.poison import PRODUCER_MAX_MESSAGE_BYTES, PoisonGate
 from bridge.daemon.retention import Retention
 from bridge.daemon.status import holder_age_s, report
-from bridge.errors import FencedError, PoisonEventError, TopicSafetyError, TransientStoreError
-from bridge.kafka.access import AUTHORIZATION_CODES, KafkaAccessError, access_error, check_connection, denied
-from bridge.kafka.producer_settings import producer_settings
-from bridge.kafka.publisher import CLOSE_TIMEOUT_S, DeliveryFailure, KafkaPublisher, Publisher
-from bridge.kafka.topics import TopicChecker, TopicGuard, TopicPolicy
+from bridge.errors import (
+    DatabaseLoginError,
+    DatabaseTlsError,
+    FencedError,
+    NotMigratedError,
+    PoisonEventError,
+    TopicSafetyError,
+    TransientStoreError,
+)
+from bridge.kafka.access import AUTHORIZATION_CODES, KafkaAccessError, access_error, denied
+from bridge.kafka.publisher import CLOSE_TIMEOUT_S, DeliveryFailure, Publisher
+from bridge.kafka.topics import TopicChecker
 from bridge.metrics import BridgeMetrics
-from bridge.store.engine import make_engine, make_reader
-from bridge.store.failures import store_error
-from bridge.store.invariants import OutboxDamagedError, check_never_skip
-from bridge.store.offsets import OffsetStore
+from bridge.store.invariants import OutboxDamagedError
+from bridge.store.offsets import LeaseStore
 from bridge.store.reader import OutboxReader
 
 log = logging.getLogger("bridge.daemon")
@@ -54,8 +58,14 @@ log = logging.getLogger("bridge.daemon")
 EXIT_OK = 0
 #: The outbox's seq path is damaged (see bridge.store.invariants); the same code as a configuration error.
 EXIT_DAMAGED = 2
+#: The outbox tables are missing or at an older revision: `outbox-bridge migrate`, then start again.
+EXIT_NOT_MIGRATED = 2
 EXIT_POISON = 3
 EXIT_UNSAFE = 4
+#: TLS to the database failed as configured: a configuration error, not retried.
+EXIT_CONFIGURATION = 2
+#: The database refused the login (wrong password, unknown user): not retried, see `DatabaseLoginError`.
+EXIT_DB_LOGIN = 6
 
 #: Delivery errors about the records, not the cluster: sending them again fails again. The broker
 #: refuses a whole batch, so each record it named is sent again alone (after everything before it is
@@ -73,7 +83,16 @@ LONG_TRANSACTION_S = 10.0
 #: How long a rewind waits for in-flight acks before it discards the producer.
 REWIND_DRAIN_S = 10.0
 
-PublisherFactory = Callable[[dict[str, Any], Callable[[int, int, KafkaError | None], None]], Publisher]
+#: What the daemon calls with each delivery report: (seq, generation, error or None).
+OnDelivery = Callable[[int, int, KafkaError | None], None]
+#: Each leadership term and each rebuild gets a new publisher, reporting deliveries to the daemon.
+NewPublisher = Callable[[OnDelivery], Publisher]
+#: One retention pass: delete published rows older than the period; returns what it did.
+RetentionPass = Callable[[timedelta], dict[str, Any]]
+
+
+def _nothing() -> None:
+    return None
 
 
 @dataclass(slots=True)
@@ -87,36 +106,44 @@ class _Sent:
 class BridgeDaemon:
     """The bridge's main loop for one bridge name; `run()` returns a process exit code.
 
-    By default it builds its engine, reader, lease store, publisher and topic guard from `config`;
-    tests give it in-memory ones (`bridge.kafka.testing`) instead."""
+    It is given everything it talks to: the lease store, a way to open the outbox reader and to make a
+    publisher, the topic guard. `bridge.daemon.assemble.build_daemon` wires the real ones from the
+    configuration; tests give it in-memory ones (`bridge.store.testing`, `bridge.kafka.testing`)."""
 
     def __init__(
         self,
-        config: BridgeConfig,
+        settings: LoopSection,
+        topics: TopicSection,
+        *,
+        offsets: LeaseStore,
+        open_reader: Callable[[], OutboxReader],
+        new_publisher: NewPublisher,
+        topic_guard: TopicChecker,
+        check_outbox: Callable[[], None] = _nothing,
+        retention: RetentionSection | None = None,
+        retention_pass: RetentionPass | None = None,
+        producer_limit: int = PRODUCER_MAX_MESSAGE_BYTES,
         metrics: BridgeMetrics | None = None,
-        publisher_factory: PublisherFactory | None = None,
-        topic_guard: TopicChecker | None = None,
         instance_id: str | None = None,
-        engine: Engine | None = None,
-        reader_factory: Callable[[Engine], OutboxReader] = make_reader,
+        on_exit: Callable[[], None] = _nothing,
+        check_kafka: Callable[[], None] = _nothing,
+        kafka_conf: Mapping[str, Any] = MappingProxyType({}),
     ) -> None:
-        self.config = config
+        self.settings = settings
         self.metrics = metrics or BridgeMetrics()
         self.instance_id = instance_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.engine = engine or make_engine(config.db_url.get_secret_value())
-        self.offsets = OffsetStore(self.engine, config.bridge_name)
-        self.leadership = Leadership(self.offsets, self.instance_id, config.lease_timeout_s, self.metrics)
-        self._reader_factory = reader_factory
-        self._publisher_factory = publisher_factory or KafkaPublisher
-        # The connection check needs a real cluster: not when tests give an in-memory publisher.
-        self._check_kafka = publisher_factory is None
-        guard = topic_guard or TopicGuard(
-            config.kafka.client_conf(),
-            TopicPolicy(config.topic_partitions, config.replication_factor, config.allow_single_broker),
-        )
+        self.offsets = offsets
+        self.leadership = Leadership(offsets, self.instance_id, settings.lease_timeout_s, self.metrics)
+        self._open_reader = open_reader
+        self._make_publisher = new_publisher
+        self._check_outbox = check_outbox
+        self._on_exit = on_exit
+        self._check_kafka = check_kafka
+        self._kafka_conf = kafka_conf
         self._refusals = Refusals()
         self._denied: KafkaAccessError | None = None  # a Write the ACLs refused: stop, do not rebuild
-        self._gate = PoisonGate(config, guard, self.metrics, self._refusals)
+        self._gate = PoisonGate(topics, settings.poison_policy, topic_guard, self.metrics, self._refusals,
+                                producer_limit)
         self._settled = SettledHoles()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -128,9 +155,12 @@ class BridgeDaemon:
         self.holes_settled = 0
         self.halted: PoisonEventError | None = None
         self.rewinds_applied = 0
+        if (retention is None) != (retention_pass is None):
+            raise ValueError("retention and retention_pass go together")
         self._retention = (
-            Retention(config, self.metrics, lambda: self.leadership.leading, self._stop, self._note_error)
-            if config.retention_period is not None else None
+            Retention(retention, retention_pass, self.metrics, lambda: self.leadership.leading, self._stop,
+                      self._note_error)
+            if retention is not None and retention_pass is not None else None
         )
 
     # ------------------------------------------------------------------------------------ lifecycle
@@ -166,9 +196,8 @@ class BridgeDaemon:
                 try:
                     if not checked:
                         self._check_outbox()
-                        if self._check_kafka:
-                            # Refused credentials or certificate stop here, before the lease (KafkaAccessError).
-                            check_connection(self.config.kafka.client_conf())
+                        # Refused Kafka credentials or certificate stop here, before the lease (KafkaAccessError).
+                        self._check_kafka()
                         checked = True
                     lease = self.leadership.acquire(self._stop, standing_by=self._ready)
                     if lease is None:
@@ -192,20 +221,25 @@ class BridgeDaemon:
                     self.last_error = str(exc)
                     log.error("the outbox's seq path is damaged; not publishing", extra={"error": str(exc)})
                     return EXIT_DAMAGED
+                except (DatabaseLoginError, DatabaseTlsError) as exc:
+                    # Retrying cannot help until someone fixes the URL, the role or the certificate, and a
+                    # login retried at full speed can lock the account: stop, with a code that says why.
+                    code = EXIT_DB_LOGIN if isinstance(exc, DatabaseLoginError) else EXIT_CONFIGURATION
+                    self.last_error = str(exc)
+                    log.error(str(exc), extra={"exit_code": code})
+                    return code
+                except NotMigratedError as exc:
+                    # Not retried: no amount of waiting creates the tables.
+                    self.last_error = str(exc)
+                    log.error("the outbox database is not migrated; run `outbox-bridge migrate`",
+                              extra={"error": str(exc)})
+                    return EXIT_NOT_MIGRATED
                 except KafkaAccessError as exc:
                     return self._access_refused(exc)
             return EXIT_OK
         finally:
             self._ready.clear()
-            self.engine.dispose()
-
-    def _check_outbox(self) -> None:
-        """Refuse to lead an outbox whose seq path no longer takes the horizon stamp first."""
-        try:
-            with self.engine.connect() as conn:
-                check_never_skip(conn)
-        except DBAPIError as exc:
-            raise store_error(exc, "checking the outbox's seq path") from exc
+            self._on_exit()
 
     def _note_error(self, kind: str, exc: Exception) -> None:
         self.last_error = str(exc)
@@ -214,17 +248,17 @@ class BridgeDaemon:
     # ---------------------------------------------------------------------------------------- lead
 
     def _lead(self, watermark: int) -> int:
-        config = self.config
-        tracker = AckTracker(watermark, max_in_flight=config.max_in_flight,
-                             max_in_flight_bytes=config.max_in_flight_bytes)
+        settings = self.settings
+        tracker = AckTracker(watermark, max_in_flight=settings.max_in_flight,
+                             max_in_flight_bytes=settings.max_in_flight_bytes)
         self.tracker = tracker
         self._sent.clear()
-        reader = self._reader_factory(self.engine)
+        reader = self._open_reader()
         publisher = self._new_publisher()
         self._ready.set()
         checkpointed_at = time.monotonic()
         backoff = Backoff(BackoffPolicy(initial_s=0.05, cap_s=5.0))
-        idle_min = config.poll_interval_min_ms / 1000
+        idle_min = settings.poll_interval_min_s
         idle_wait = idle_min
         try:
             while not self._stop.is_set():
@@ -239,7 +273,7 @@ class BridgeDaemon:
                 # Checkpoint before reading: a process that was paused past its lease finds out here,
                 # before it sends anything more.
                 now = time.monotonic()
-                if now - checkpointed_at >= config.persist_interval_s or self.leadership.expired():
+                if now - checkpointed_at >= settings.persist_interval_s or self.leadership.expired():
                     publisher = self._checkpoint(tracker, reader, publisher)
                     checkpointed_at = now
                 read_any = False
@@ -272,13 +306,21 @@ class BridgeDaemon:
                     publisher.poll(idle_wait)
                 else:
                     reader.wait(idle_wait)
-                idle_wait = min(idle_wait * 2, config.poll_interval_max_ms / 1000)
+                idle_wait = min(idle_wait * 2, settings.poll_interval_max_s)
             return self._shutdown(tracker, publisher, reader, EXIT_OK)
         except FencedError:
             self._flush_published()
             # Another instance may lead now: drop what is queued and in flight at once, wait for nothing.
             publisher.close(0)
             reader.close()
+            raise
+        except (DatabaseLoginError, DatabaseTlsError):
+            # A new connection was refused mid-run: nothing can be persisted, so stop as at start. The lease
+            # runs out and a standby with a working login takes over from the last persisted watermark.
+            self._flush_published()
+            publisher.close(0)
+            reader.close()
+            self.leadership.lost()
             raise
 
     def _checkpoint(self, tracker: AckTracker, reader: OutboxReader, publisher: Publisher) -> Publisher:
@@ -299,18 +341,18 @@ class BridgeDaemon:
             self._note_error("database", exc)
             if self.leadership.expired():
                 # Another instance may have taken over meanwhile: stop publishing.
-                raise FencedError(f"could not renew the lease for {self.config.lease_timeout_s}s") from exc
+                raise FencedError(f"could not renew the lease for {self.settings.lease_timeout_s}s") from exc
         return publisher
 
     def _new_publisher(self) -> Publisher:
-        return self._publisher_factory(producer_settings(self.config.producer).conf, self._on_delivery)
+        return self._make_publisher(self._on_delivery)
 
     def _refused(self, failure: DeliveryFailure) -> KafkaAccessError | None:
         """The access error a failed delivery means (no ACL, credentials or certificate refused), if any:
         re-sending would fail the same way, so the loop stops instead of rebuilding."""
         if self._denied is not None:
             return self._denied
-        conf = self.config.kafka.client_conf()
+        conf = self._kafka_conf
         reason = failure.reason.lower()
         if "cluster authorization failed" in reason:
             failure = DeliveryFailure(failure.seq, KafkaError.CLUSTER_AUTHORIZATION_FAILED, failure.reason, True)
@@ -349,7 +391,7 @@ class BridgeDaemon:
         # Finished for good before anything is sent again, so nothing it sent lands after the re-sends; its
         # last reports still count (acks move the watermark, refusals name suspects). Bounded well inside
         # the lease, which is not renewed meanwhile.
-        publisher.close(min(CLOSE_TIMEOUT_S, self.config.lease_timeout_s / 2))
+        publisher.close(min(CLOSE_TIMEOUT_S, self.settings.lease_timeout_s / 2))
         return self._restart_from(tracker.watermark, tracker, reader)
 
     def _restart_from(self, watermark: int, tracker: AckTracker, reader: OutboxReader) -> Publisher:
@@ -366,7 +408,7 @@ class BridgeDaemon:
         """Carry out a rewind: drain (bounded, well inside the lease), discard the producer, continue
         after `rewind.to` once the lower watermark is stored under this lease."""
         self._drain(tracker, publisher,
-                    min(REWIND_DRAIN_S, self.config.shutdown_timeout_s, self.config.lease_timeout_s / 4))
+                    min(REWIND_DRAIN_S, self.settings.shutdown_timeout_s, self.settings.lease_timeout_s / 4))
         publisher.close()
         resume_at = rewind.to
         request = rewind.request
@@ -375,7 +417,7 @@ class BridgeDaemon:
             lease = self.leadership.lease
             assert lease is not None
             try:
-                applied = self.offsets.apply_rewind(lease, request, self.config.lease_timeout_s)
+                applied = self.offsets.apply_rewind(lease, request, self.settings.lease_timeout_s)
             except TransientStoreError as exc:
                 self._note_error("database", exc)
                 log.warning("could not apply the rewind request now; retrying at the next persist",
@@ -401,7 +443,7 @@ class BridgeDaemon:
         (the window is full, a suspect record must go alone) needs no rewind: the next read starts after
         the last seq the tracker accounted for.
         """
-        limit = min(self.config.read_batch_size, self.config.max_in_flight - tracker.in_flight_count)
+        limit = min(self.settings.read_batch_size, self.settings.max_in_flight - tracker.in_flight_count)
         if limit <= 0 or self._refusals.alone is not None:
             return False
         batch = reader.poll(tracker.position, limit)
@@ -451,7 +493,7 @@ class BridgeDaemon:
             if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and self._denied is None:
                 sent = self._sent.get(seq)
                 topic = sent.topic if sent is not None else "the bridge's topics"
-                self._denied = denied(self.config.kafka.client_conf(), "Write", f"topic {topic}", err.name())
+                self._denied = denied(self._kafka_conf, "Write", f"topic {topic}", err.name())
             if err.code() in RECORD_REFUSED:
                 self._refusals.refused(seq, f"{err.name()}: {err.str()}")
                 sent = self._sent.get(seq)
@@ -480,8 +522,10 @@ class BridgeDaemon:
     # ------------------------------------------------------------------------------------- persist
 
     def _status(self, tracker: AckTracker, reader: OutboxReader) -> dict[str, Any]:
+        since = self.leadership.since
         return report(tracker, reader, self.metrics, instance=self.instance_id, holes_settled=self.holes_settled,
-                      rewinds_applied=self.rewinds_applied, last_error=self.last_error)
+                      rewinds_applied=self.rewinds_applied, last_error=self.last_error,
+                      leading_since=since.isoformat(timespec="seconds") if since else None)
 
     def _persist(self, tracker: AckTracker, reader: OutboxReader, *, allow_lower: bool = False) -> None:
         status = self._status(tracker, reader)
@@ -493,7 +537,7 @@ class BridgeDaemon:
     # ------------------------------------------------------------------------------------ stopping
 
     def _drain(self, tracker: AckTracker, publisher: Publisher, timeout: float | None = None) -> None:
-        deadline = time.monotonic() + (self.config.shutdown_timeout_s if timeout is None else timeout)
+        deadline = time.monotonic() + (self.settings.shutdown_timeout_s if timeout is None else timeout)
         while tracker.unacked_count and time.monotonic() < deadline and publisher.failure is None:
             publisher.poll(0.05)
 
@@ -501,7 +545,7 @@ class BridgeDaemon:
                   halted_at: PoisonEventError | None = None) -> int:
         """Stop reading, wait (bounded) for in-flight acks, persist the watermark, give up the lease."""
         log.info("stopping: waiting for in-flight deliveries",
-                 extra={"unacked": tracker.unacked_count, "timeout_s": self.config.shutdown_timeout_s})
+                 extra={"unacked": tracker.unacked_count, "timeout_s": self.settings.shutdown_timeout_s})
         self._drain(tracker, publisher)
         self._flush_published()
         if tracker.unacked_count:

@@ -9,8 +9,9 @@ returns the record for the dead-letter topic instead. The gate decides; the loop
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
-from bridge.config import BridgeConfig, PoisonPolicy
+from bridge.config import PoisonPolicy, TopicSection
 from bridge.core.refusals import Refusals
 from bridge.errors import PoisonEventError
 from bridge.kafka.topics import TopicChecker
@@ -27,16 +28,17 @@ PRODUCER_MAX_MESSAGE_BYTES = 1_000_000
 class PoisonGate:
     """Builds each row's record, checks topics once, and applies the poison policy."""
 
-    def __init__(self, config: BridgeConfig, guard: TopicChecker, metrics: BridgeMetrics, refusals: Refusals) -> None:
-        self._config = config
+    def __init__(self, topics: TopicSection, policy: PoisonPolicy, guard: TopicChecker, metrics: BridgeMetrics,
+                 refusals: Refusals, producer_limit: int = PRODUCER_MAX_MESSAGE_BYTES) -> None:
+        self._topics = topics
+        self._policy = policy
         self._guard = guard
         self._metrics = metrics
         self._refusals = refusals
-        self._route = TopicRouter(config.topic_for)
+        self._route = TopicRouter(topics.topic_for)
         self._checked_topics: dict[str, int] = {}
-        extra_limit = config.producer_extra.get("message.max.bytes")
-        # The producer refuses larger records before sending them; the configuration never changes.
-        self._producer_limit = int(str(extra_limit)) if extra_limit is not None else PRODUCER_MAX_MESSAGE_BYTES
+        # The producer refuses larger records before sending them (its `message.max.bytes`).
+        self._producer_limit = producer_limit
 
     def record_for(self, row: OutboxRow) -> KafkaRecord:
         """The record for a row, the dead-letter record, or PoisonEventError (policy `halt`)."""
@@ -52,14 +54,14 @@ class PoisonGate:
                 limit = min(self._topic_limit(topic), self._producer_limit)
             return build_record(row, self._route, limit)
         except PoisonEventError as exc:
-            self._metrics.poison_events.labels(policy=self._config.poison_policy.value).inc()
-            if self._config.poison_policy is PoisonPolicy.HALT:
+            self._metrics.poison_events.labels(policy=self._policy.value).inc()
+            if self._policy is PoisonPolicy.HALT:
                 raise
-            topic = self._config.dlq_topic_name
+            topic = self._topics.dlq_topic_name
             log.error("poison event sent to the dead-letter topic",
                       extra={"seq": row.seq, "reason": exc.reason, "topic": topic})
             limit = min(self._topic_limit(topic), self._producer_limit)
-            return dead_letter_record(row, exc.reason, topic, self._config.bridge_name, limit)
+            return dead_letter_record(row, exc.reason, topic, self._topics.bridge_name, limit)
 
     def recheck(self, topic: str) -> None:
         """Check `topic` again before its next record: its limits may have changed since."""
@@ -70,7 +72,13 @@ class PoisonGate:
         known = self._checked_topics.get(topic)
         if known is not None:
             return known
-        report = self._guard.ensure(topic, self._config.allow_create_topics)
+        report = self._guard.ensure(topic, self._topics.allow_create)
         limit = report.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES
         self._checked_topics[topic] = limit
         return limit
+
+
+def producer_limit(extra: Mapping[str, object]) -> int:
+    """The producer's `message.max.bytes`: set among the extras, or librdkafka's default."""
+    value = extra.get("message.max.bytes")
+    return int(str(value)) if value is not None else PRODUCER_MAX_MESSAGE_BYTES

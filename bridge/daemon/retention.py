@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
 
-from bridge.config import BridgeConfig
+from bridge.config import RetentionSection
 from bridge.metrics import BridgeMetrics
 
 log = logging.getLogger("bridge.daemon")
@@ -20,12 +22,11 @@ log = logging.getLogger("bridge.daemon")
 class Retention:
     """A background thread that runs retention passes while `leading()` says so."""
 
-    def __init__(self, config: BridgeConfig, metrics: BridgeMetrics, leading: Callable[[], bool],
-                 stop: threading.Event, on_error: Callable[[str, Exception], None]) -> None:
-        period = config.retention_period
-        assert period is not None, "Retention needs BRIDGE_RETENTION"
-        self._config = config
-        self._period = period
+    def __init__(self, section: RetentionSection, delete_pass: Callable[[timedelta], dict[str, Any]],
+                 metrics: BridgeMetrics, leading: Callable[[], bool], stop: threading.Event,
+                 on_error: Callable[[str, Exception], None]) -> None:
+        self._section = section
+        self._delete_pass = delete_pass
         self._metrics = metrics
         self._leading = leading
         self._stop = stop
@@ -36,17 +37,16 @@ class Retention:
         threading.Thread(target=self._run, name="outbox-retention", daemon=True).start()
 
     def _run(self) -> None:
-        from bridge.admin import cleanup
-
-        while not self._stop.wait(self._config.retention_interval_s):
+        interval = self._section.interval_s
+        while not self._stop.wait(interval):
             if not self._leading():
                 continue
             try:
-                result = cleanup(self._config, self._period, dry_run=False, show_progress=False)
+                result = self._delete_pass(self._section.period)
             except Exception as exc:  # noqa: BLE001 - a failed pass is retried next interval; publishing goes on
                 self._on_error("retention", exc)
                 log.warning("retention pass failed; retrying next interval",
-                            extra={"error": str(exc), "retry_in_s": self._config.retention_interval_s})
+                            extra={"error": str(exc), "retry_in_s": interval})
                 continue
             self.passes += 1
             self._metrics.retention_deleted.inc(result["deleted"])

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from bridge.core.late import SettledHoles
-from bridge.store.offsets import OffsetStore, RewindRequest
+from bridge.store.offsets import LeaseStore, RewindRequest
 from bridge.store.reader import OutboxReader
 
 log = logging.getLogger("bridge.daemon")
@@ -27,7 +27,7 @@ class Rewind:
     late: tuple[int, ...] = ()
 
 
-def requested(offsets: OffsetStore, watermark: int) -> Rewind | None:
+def requested(offsets: LeaseStore, watermark: int) -> Rewind | None:
     """The oldest pending rewind request, as a decision; None when there is none or it was refused."""
     request = offsets.pending_rewind()
     if request is None:

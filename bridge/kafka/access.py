@@ -12,7 +12,6 @@ an exit code of its own and a message naming the principal, the resource and the
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from typing import Any, Final
@@ -21,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from bridge.errors import OutboxError
+from bridge.kafka.reachability import ClientLog, reachability
 
 # 6 is the database refusing the bridge's login (main's EXIT_DB_LOGIN): Kafka's refusals come after it.
 EXIT_AUTHENTICATION: Final = 7
@@ -35,9 +35,19 @@ AUTHORIZATION_CODES: Final = frozenset({
 })
 CHECK_TIMEOUT_S: Final = 10.0
 
-_quiet = logging.getLogger("bridge.kafka.access.librdkafka")
-_quiet.addHandler(logging.NullHandler())
-_quiet.propagate = False
+
+
+class _RefusalsAside:
+    """A client log that passes everything on except authentication and TLS failures (raised instead)."""
+
+    def __init__(self, inner: ClientLog) -> None:
+        self._inner = inner
+
+    def log(self, level: int, message: str, *args: Any) -> None:
+        text = str(args[-1]).lower() if args else ""
+        if "authentication" in text or "ssl" in text or "certificate" in text:
+            return
+        self._inner.log(level, message, *args)
 
 
 class KafkaAccessError(OutboxError):
@@ -119,7 +129,10 @@ def check_connection(conf: Mapping[str, Any], timeout: float = CHECK_TIMEOUT_S) 
     """Connect once and ask for metadata: raise a KafkaAccessError if Kafka refuses the credentials or the
     certificate; return False if it did not answer (unreachable: the caller's retries handle that)."""
     errors: list[KafkaError] = []
-    settings: dict[str, Any] = {**conf, "error_cb": errors.append, "logger": _quiet}
+    # Unreachable brokers are reported as the other clients report them (`reachability`, once in a while);
+    # a refusal is this function's to report, as an exception.
+    client_log = _RefusalsAside(ClientLog(reachability(str(conf.get("bootstrap.servers", "")))))
+    settings: dict[str, Any] = {**conf, "error_cb": errors.append, "logger": client_log}
     admin = AdminClient(settings)
     deadline = time.monotonic() + timeout
     while True:

@@ -73,7 +73,7 @@ class AcceptingTopicGuard:
 
 def publisher_factory(delivered: list[KafkaRecord], made: list[InMemoryPublisher] | None = None,
                       *, hold: bool = False) -> Callable[[dict[str, Any], Any], InMemoryPublisher]:
-    """A `BridgeDaemon(publisher_factory=...)` whose every producer appends to one `delivered` list (and
+    """A `build_daemon(publisher_factory=...)` whose every producer appends to one `delivered` list (and
     to `made`, when given, so a test can reach the current one)."""
 
     def make(_settings: dict[str, Any], on_delivery: Any) -> InMemoryPublisher:

@@ -21,6 +21,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from bridge.errors import TopicSafetyError
 from bridge.kafka.access import AUTHORIZATION_CODES, KafkaAccessError, access_error, denied
+from bridge.kafka.reachability import quiet_client_settings
 
 log = logging.getLogger("bridge.kafka.topics")
 
@@ -74,7 +75,7 @@ class TopicGuard:
     def __init__(self, client_conf: Mapping[str, Any], policy: TopicPolicy, timeout: float = 30.0) -> None:
         """`client_conf`: bootstrap servers and security settings (`BridgeConfig.kafka.client_conf()`)."""
         self._conf = dict(client_conf)
-        self._admin = AdminClient(self._conf)
+        self._admin = AdminClient({**self._conf, **quiet_client_settings(str(self._conf["bootstrap.servers"]))})
         self._policy = policy
         self._timeout = timeout
 
@@ -82,6 +83,12 @@ class TopicGuard:
         return len(self._admin.list_topics(timeout=self._timeout).brokers)
 
     def check(self, topic: str) -> TopicReport:
+        try:
+            return self._check(topic)
+        finally:
+            self._admin.poll(0)  # serve the client's log (`quiet_client_settings`), so it never piles up
+
+    def _check(self, topic: str) -> TopicReport:
         try:
             metadata = self._admin.list_topics(topic=topic, timeout=self._timeout)
         except KafkaException as exc:

@@ -5,17 +5,34 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, ExceptionContext
+from sqlalchemy.exc import DBAPIError
 
 from bridge.errors import ConfigurationError
+from bridge.store.failures import refused_connection
 from bridge.store.reader import OutboxReader
+
+
+def translate_refusals(engine: Engine) -> None:
+    """Make a refused login or TLS failure raise `DatabaseLoginError` / `DatabaseTlsError` wherever the
+    engine connects (first use, a pool reconnect, a pre-ping), so no caller retries it as "unreachable"."""
+
+    @event.listens_for(engine, "handle_error")
+    def _refused(context: ExceptionContext) -> BaseException | None:
+        # Only while connecting: a statement's error that merely mentions a role is something else.
+        if context.connection is not None or context.engine is None:
+            return None
+        if not isinstance(context.sqlalchemy_exception, DBAPIError):
+            return None
+        return refused_connection(context.sqlalchemy_exception, context.engine.url)
 
 
 def make_engine(url: str) -> Engine:
     """An engine tuned for the bridge: pre-ping (survive a database restart), WAL and a busy timeout on
-    SQLite, UTC sessions on PostgreSQL."""
+    SQLite, UTC sessions on PostgreSQL, refused logins and TLS failures as the bridge's own errors."""
     if url.startswith("sqlite"):
         engine = create_engine(url, pool_pre_ping=True)
+        translate_refusals(engine)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _: Any) -> None:
@@ -26,6 +43,7 @@ def make_engine(url: str) -> Engine:
 
         return engine
     engine = create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4)
+    translate_refusals(engine)
     if engine.dialect.name == "postgresql":
 
         @event.listens_for(engine, "connect")

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from bridge.errors import StoreError, TransientStoreError
+from bridge.errors import (
+    DatabaseLoginError,
+    DatabaseTlsError,
+    NotMigratedError,
+    OutboxError,
+    StoreError,
+    TransientStoreError,
+)
 
 # SQLSTATE codes (PostgreSQL, and ODBC for SQL Server) that mean "try again": the connection broke,
 # the server is starting or stopping, or the transaction lost a serialization or deadlock race.
@@ -34,6 +43,17 @@ _STATEMENT_TIMEOUT_FIX: Final = (
     "Server: the driver's query timeout), or read smaller batches (BRIDGE_READ_BATCH_SIZE), then restart"
 )
 
+# A table or column the bridge needs is not there: the database was never migrated, or is at an older
+# revision. SQLite reports it as an OperationalError ("no such table"), which would otherwise read as
+# transient and be retried forever. PostgreSQL: undefined table / column; SQL Server (ODBC): invalid
+# object name / column name.
+_MISSING_SCHEMA_SQLSTATES: Final = frozenset({"42P01", "42703", "42S02", "42S22"})
+_MISSING_SCHEMA_MESSAGES: Final = ("no such table", "no such column", "invalid object name")
+MIGRATE_FIX: Final = (
+    "Run `outbox-bridge migrate` against this database (OUTBOX_DB_URL), or have a DBA apply the DDL of "
+    "`outbox-bridge migrate --sql`, then start again"
+)
+
 
 def sqlstate(exc: DBAPIError) -> str | None:
     """The SQLSTATE the driver reported, if it reports one (psycopg and pyodbc do, sqlite3 does not)."""
@@ -52,7 +72,7 @@ def is_transient(exc: DBAPIError) -> bool:
     """True when retrying the same work on a new transaction may succeed."""
     if exc.connection_invalidated:
         return True
-    if is_statement_timeout(exc):
+    if is_statement_timeout(exc) or is_missing_schema(exc):
         return False
     code = sqlstate(exc)
     message = str(exc.orig).lower()
@@ -70,9 +90,24 @@ def is_statement_timeout(exc: DBAPIError) -> bool:
     return any(code == timeout_code and words in message for timeout_code, words in _STATEMENT_TIMEOUTS)
 
 
+def is_permission_denied(exc: DBAPIError) -> bool:
+    """True when the login lacks a privilege for the statement (PostgreSQL 42501, SQL Server error 229)."""
+    message = str(exc.orig).lower()
+    return sqlstate(exc) == "42501" or "permission denied" in message or "(229)" in message
+
+
+def is_missing_schema(exc: DBAPIError) -> bool:
+    """True when the statement named a table or column the database does not have (not migrated)."""
+    message = str(exc.orig).lower()
+    return sqlstate(exc) in _MISSING_SCHEMA_SQLSTATES or any(part in message for part in _MISSING_SCHEMA_MESSAGES)
+
+
 def store_error(exc: DBAPIError, doing: str) -> StoreError:
-    """A `StoreError` (or `TransientStoreError`) saying what failed and what to do; raise it `from exc`."""
+    """A `StoreError` (`TransientStoreError`, `NotMigratedError`) saying what failed and what to do;
+    raise it `from exc`."""
     reason = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+    if is_missing_schema(exc):
+        return NotMigratedError(f"{doing} failed: {reason}. The outbox database is not migrated. {MIGRATE_FIX}")
     if is_transient(exc):
         return TransientStoreError(
             f"{doing} failed: {reason}. The database is unreachable, restarting or busy; retry, and check "
@@ -81,3 +116,63 @@ def store_error(exc: DBAPIError, doing: str) -> StoreError:
     if is_statement_timeout(exc):
         return StoreError(f"{doing} failed: {reason}. {_STATEMENT_TIMEOUT_FIX}")
     return StoreError(f"{doing} failed: {reason}")
+
+
+# ---------------------------------------------------------------------------------- refused connections
+
+# Neither psycopg nor pyodbc gives a SQLSTATE for a refused connection every time (psycopg has none at
+# connect), so the server's own words decide. PostgreSQL says "password authentication failed" for an
+# unknown user too, on purpose: a client cannot tell the two apart.
+_LOGIN_REFUSED: Final = (
+    "password authentication failed", "authentication failed for user", "no pg_hba.conf entry",
+    "permission denied for database", "login failed for user", "(18456)",
+)
+_ROLE_MISSING: Final = re.compile(r'role "[^"]*" does not exist')
+_TLS_REFUSED: Final = (
+    "certificate verify failed", "does not match host name", "root certificate file", "could not read root certificate",
+    "server does not support ssl", "certificate chain was issued by an authority that is not trusted",
+    "server certificate", "could not load private key", "could not open certificate file",
+)
+# libpq puts where it connected before the server's words; the message names the host by itself.
+_CONNECT_PREFIX: Final = re.compile(r'^(connection failed: )?(connection to server at "[^"]*"(, port \d+)? failed: )?'
+                                    r"(FATAL:\s+)?")
+
+
+def _reason(exc: DBAPIError, url: URL) -> str:
+    first = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+    reason = _CONNECT_PREFIX.sub("", first).strip()
+    return reason.replace(url.password, "***") if url.password else reason
+
+
+def _where(url: URL) -> str:
+    host = url.host or "localhost"
+    return f"{host}:{url.port}" if url.port else host
+
+
+def refused_connection(exc: DBAPIError, url: URL) -> OutboxError | None:
+    """A login or TLS failure as `DatabaseLoginError` / `DatabaseTlsError`, naming the user, the host and the
+    fix (never the password); None for any other failure."""
+    message = str(exc.orig).lower()
+    user, where, reason = url.username or "(none)", _where(url), _reason(exc, url)
+    if any(part in message for part in _TLS_REFUSED):
+        root = url.query.get("sslrootcert")
+        if url.get_backend_name() == "mssql":
+            fix = ("trust the CA that signed the server's certificate in this machine's store (or fix the "
+                   "certificate), and name the host as the certificate does; TrustServerCertificate=yes only for "
+                   "development")
+        else:
+            fix = (f"sslrootcert (now {root or 'unset: ~/.postgresql/root.crt'}) must be the CA that signed the "
+                   f"server's certificate, and that certificate must name the host {url.host or 'localhost'}: fix "
+                   "OUTBOX_DB_URL, e.g. ?sslmode=verify-full&sslrootcert=/path/to/ca.crt, or the server's certificate")
+        return DatabaseTlsError(
+            f"TLS to the database at {where} failed for user {user!r}: {reason}. {fix}. Not retried: fix it, "
+            "then start again"
+        )
+    if any(part in message for part in _LOGIN_REFUSED) or _ROLE_MISSING.search(message):
+        return DatabaseLoginError(
+            f"the database at {where} refused the login of user {user!r}: {reason}. Check the user and the password "
+            "in OUTBOX_DB_URL (a wrong password and an unknown user look the same from here); if both are right, "
+            "the DBA must create the role and let it connect (`outbox-bridge grants --sql`; PostgreSQL: pg_hba.conf). "
+            "Not retried: fix it, then start again"
+        )
+    return None

@@ -6,7 +6,8 @@ is what makes a hole safe to settle:
 
 1. `low = MIN_ACTIVE_ROWVERSION()`: every transaction stamped below it has ended, so its row (if it
    committed) is visible to any statement that starts afterwards;
-2. the rows after the cursor, skipping rows still locked by their writer (READPAST): a read never
+2. the rows after the cursor, skipping rows still locked by their writer (READPAST, with
+   READCOMMITTEDLOCK so that it holds under READ_COMMITTED_SNAPSHOT too): a read never
    waits behind an open transaction, and a skipped row is a gap like any other, which the horizon
    holds until its writer ends;
 3. `high = @@DBTS + 1`: every stamp handed out before step 2 read is below it.
@@ -70,7 +71,9 @@ def rows_after_readpast(after: int, limit: int) -> Select[Any]:
     """Up to `limit` committed rows above `after` in seq order, skipping rows their writer still locks."""
     seq = domain_events.c.seq
     return (
-        select(*ROW_COLUMNS).with_hint(domain_events, "WITH (READPAST)", "mssql")
+        # READCOMMITTEDLOCK: SQL Server refuses READPAST in a READ COMMITTED session of a database with
+        # READ_COMMITTED_SNAPSHOT on unless the read takes locks; with it the read is the same either way.
+        select(*ROW_COLUMNS).with_hint(domain_events, "WITH (READCOMMITTEDLOCK, READPAST)", "mssql")
         .where(seq > after).order_by(seq).limit(limit)
     )
 

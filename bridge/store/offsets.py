@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import case, func, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine
@@ -53,6 +53,28 @@ class RewindRequest:
     from_seq: int
     requested_by: str
     reason: str | None
+
+
+class LeaseStore(Protocol):
+    """What the daemon needs of the lease and the watermark: `OffsetStore` on a database, or the
+    in-memory one of `bridge.store.testing` in fast tests. Every write is fenced by the lease's epoch."""
+
+    def try_acquire(self, owner: str, lease_seconds: float) -> Lease | None:
+        """Take the lease if it is free or expired (bumping the epoch); None if another instance holds it."""
+        ...
+
+    def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], *,
+                allow_lower: bool = False) -> None:
+        """Write the watermark (never lower unless `allow_lower`) and renew; FencedError if stale."""
+        ...
+
+    def release(self, lease: Lease) -> None: ...
+
+    def pending_rewind(self) -> RewindRequest | None: ...
+
+    def apply_rewind(self, lease: Lease, request: RewindRequest, lease_seconds: float) -> bool: ...
+
+    def refuse_rewind(self, request: RewindRequest, why: str) -> None: ...
 
 
 def _now(conn: Connection) -> datetime:

@@ -79,3 +79,28 @@ def test_a_listening_connection_is_cut_when_a_notification_is_due(postgres_url: 
             list(listener.notifies(timeout=5, stop_after=1))
         listener.close()
         assert proxy.cuts[Moment.LISTENING] == 1
+
+
+def test_a_held_result_waits_for_release_and_only_a_result_naming_the_column_with_enough_rows_is_held(
+    postgres_url: str,
+) -> None:
+    with _proxy(postgres_url) as proxy:
+        engine = create_engine(proxy.url_for(postgres_url))
+        proxy.hold_result("mark", min_rows=2)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT 1 AS mark")).scalar() == 1, "one row: not held"
+            assert conn.execute(text("SELECT generate_series(1, 3) AS other")).scalars().all() == [1, 2, 3]
+            assert not proxy.held.is_set()
+            fetched: list[Sequence[int]] = []
+            reader = threading.Thread(target=lambda: fetched.append(
+                conn.execute(text("SELECT generate_series(1, 3) AS mark")).scalars().all()))
+            reader.start()
+            assert proxy.held.wait(10), "the result naming the column, with 3 rows, is held"
+            reader.join(0.5)
+            assert reader.is_alive() and not fetched, "the client waits for the held result"
+            proxy.release()
+            reader.join(10)
+            assert fetched == [[1, 2, 3]], "released whole"
+            assert conn.execute(text("SELECT generate_series(1, 3) AS mark")).scalars().all() == [1, 2, 3], \
+                "a hold is taken once"
+        engine.dispose()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.admin import RefusedError, parse_duration
 from bridge.cli import main
+from bridge.errors import RefusedError
+from bridge.store.maintenance import parse_duration
 
 
 @pytest.mark.parametrize(
@@ -33,6 +34,21 @@ def test_top_level_help_lists_commands_and_exit_codes(capsys) -> None:
     for command in ("run", "migrate", "status", "replay", "topics", "cleanup"):
         assert command in out
     assert "Exit codes" in out
+
+
+def test_every_run_flag_for_a_setting_names_its_environment_variable() -> None:
+    import argparse
+
+    from bridge.cli import build_parser
+    from bridge.config import ENV_NAMES
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    run = sub.choices["run"]
+    flags = [a for a in run._actions if a.dest in ENV_NAMES]
+    assert {"metrics_port", "allow_single_broker"} <= {a.dest for a in flags}
+    for action in flags:
+        assert ENV_NAMES[action.dest] in (action.help or ""), action.option_strings
 
 
 def test_bad_configuration_exits_2_naming_the_setting(capsys, monkeypatch) -> None:

@@ -116,8 +116,31 @@ def test_unknown_flag_is_refused() -> None:
         load_config(flags={"max_inflight": 3}, env={})
 
 
-def test_empty_environment_values_mean_unset() -> None:
-    assert load_config(env={"BRIDGE_MAX_IN_FLIGHT": "", "BRIDGE_LOG_LEVEL": "  "}).max_in_flight == 10_000
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"KAFKA_BOOTSTRAP_SERVERS": ""}, "KAFKA_BOOTSTRAP_SERVERS='' (from the environment) is refused"),
+        ({"OUTBOX_DB_URL": " "}, "OUTBOX_DB_URL='' (from the environment) is refused"),
+        ({"BRIDGE_MAX_IN_FLIGHT": ""}, "BRIDGE_MAX_IN_FLIGHT='' (from the environment) is refused"),
+        ({"BRIDGE_LOG_LEVEL": "  "}, "BRIDGE_LOG_LEVEL='' (from the environment) is refused"),
+        ({"BRIDGE_PRODUCER_EXTRA": ""}, "BRIDGE_PRODUCER_EXTRA='' (from the environment) is refused"),
+        ({"BRIDGE_RETENTION": ""}, "BRIDGE_RETENTION='' (from the environment) is refused"),
+        ({CONFIG_FILE_ENV: ""}, f"{CONFIG_FILE_ENV} is set but empty"),
+    ],
+)
+def test_an_empty_environment_variable_is_refused_not_taken_for_the_default(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        load_config(env=env)
+    assert named in str(refused.value)
+    assert "unset it" in str(refused.value)
+
+
+def test_the_empty_refusal_names_the_accepted_values_and_the_default() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        load_config(env={"KAFKA_BOOTSTRAP_SERVERS": "", "BRIDGE_METRICS_PORT": ""})
+    message = str(refused.value)
+    assert "a comma-separated list of host:port" in message and "'127.0.0.1:9092'" in message
+    assert "BRIDGE_METRICS_PORT=''" in message and "(9464)" in message
 
 
 def test_config_file_path_can_come_from_the_environment(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 
 from bridge.config import load_config
-from bridge.daemon import BridgeDaemon
+from bridge.daemon import build_daemon
 from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.migrate import upgrade
 from bridge.records import KafkaRecord
@@ -43,7 +43,7 @@ def test_a_row_inserted_into_a_settled_hole_is_counted_and_published_by_a_rewind
                                 "allow_single_broker": True, "replication_factor": 1, "metrics_port": 0,
                                 "persist_interval_s": 0.05}, env={})
     delivered: list[KafkaRecord] = []
-    daemon = BridgeDaemon(config, publisher_factory=publisher_factory(delivered),
+    daemon = build_daemon(config, publisher_factory=publisher_factory(delivered),
                           topic_guard=AcceptingTopicGuard(), instance_id="late")
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()

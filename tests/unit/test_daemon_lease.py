@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import create_engine, text
 
 from bridge.config import load_config
-from bridge.daemon import BridgeDaemon
+from bridge.daemon import build_daemon
 from bridge.kafka.topics import TopicReport
 from bridge.migrate import upgrade
 from bridge.records import KafkaRecord
@@ -73,7 +73,7 @@ def test_a_leader_paused_past_its_lease_sends_nothing_after_a_standby_took_over(
                                 "persist_interval_s": 0.1, "lease_timeout_s": LEASE_TIMEOUT_S}, env={})
     sent: list[KafkaRecord] = []
     guard = SlowGuard(url, config.bridge_name)
-    daemon = BridgeDaemon(config, publisher_factory=lambda _s, cb: RecordingPublisher(sent, cb),
+    daemon = build_daemon(config, publisher_factory=lambda _s, cb: RecordingPublisher(sent, cb),
                           topic_guard=guard, instance_id="paused-leader")  # type: ignore[arg-type]
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()

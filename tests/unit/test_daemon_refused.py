@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError
 from sqlalchemy import create_engine, text
 
 from bridge.config import BridgeConfig, load_config
-from bridge.daemon import EXIT_OK, EXIT_POISON, BridgeDaemon
+from bridge.daemon import EXIT_OK, EXIT_POISON, BridgeDaemon, build_daemon
 from bridge.kafka.publisher import DeliveryFailure
 from bridge.kafka.testing import AcceptingTopicGuard
 from bridge.migrate import upgrade
@@ -82,7 +82,7 @@ def _run(tmp_path: Path, policy: str) -> tuple[BridgeDaemon, list[list[KafkaReco
         by_producer.append([])
         return BatchRefusingPublisher(by_producer[-1], config.dlq_topic_name, on_delivery)
 
-    daemon = BridgeDaemon(
+    daemon = build_daemon(
         config,
         publisher_factory=new_publisher,
         topic_guard=AcceptingTopicGuard(),
@@ -130,10 +130,10 @@ def test_halt_stops_just_before_the_record_refused_alone_and_names_it(tmp_path: 
 
 
 def test_dead_letter_routes_only_the_record_refused_alone_and_goes_on(tmp_path: Path) -> None:
-    daemon, by_producer, code, watermark = _run(tmp_path, "dead-letter")
+    _, by_producer, code, watermark = _run(tmp_path, "dead-letter")
     assert code == EXIT_OK and watermark == EVENTS
     accepted = [record for producer in by_producer for record in producer]
-    dead = [record for record in accepted if record.topic == daemon.config.dlq_topic_name]
+    dead = [record for record in accepted if record.topic == "outbox.dlq.unit"]
     assert [record.seq for record in dead] == [REFUSED_SEQ]
     assert b"MSG_SIZE_TOO_LARGE" in dict(dead[0].headers)["dlq_reason"]
     published = sorted(record.seq for record in accepted if record.topic == "u.order")

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import create_engine, insert, select, text
 
 from bridge.config import load_config
-from bridge.daemon import BridgeDaemon
+from bridge.daemon import BridgeDaemon, build_daemon
 from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.migrate import upgrade
 from bridge.records import KafkaRecord
@@ -38,7 +38,7 @@ def running(tmp_path: Path) -> Iterator[tuple[str, BridgeDaemon, list[KafkaRecor
     config = load_config(flags={"db_url": url, "bridge_name": "unit", "allow_single_broker": True,
                                 "replication_factor": 1, "metrics_port": 0, "persist_interval_s": 0.05}, env={})
     sent: list[KafkaRecord] = []
-    daemon = BridgeDaemon(config, publisher_factory=publisher_factory(sent),
+    daemon = build_daemon(config, publisher_factory=publisher_factory(sent),
                           topic_guard=AcceptingTopicGuard(), instance_id="unit")
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()

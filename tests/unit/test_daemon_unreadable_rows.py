@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from bridge.config import load_config
-from bridge.daemon import EXIT_POISON, BridgeDaemon
+from bridge.daemon import EXIT_POISON, BridgeDaemon, build_daemon
 from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.migrate import upgrade
 from bridge.records import KafkaRecord
@@ -66,7 +66,7 @@ def _daemon(url: str, policy: str, sent: list[KafkaRecord]) -> BridgeDaemon:
     config = load_config(flags={"db_url": url, "bridge_name": "unit", "allow_single_broker": True,
                                 "replication_factor": 1, "metrics_port": 0, "persist_interval_s": 0.05,
                                 "poison_policy": policy}, env={})
-    return BridgeDaemon(config, publisher_factory=publisher_factory(sent),
+    return build_daemon(config, publisher_factory=publisher_factory(sent),
                         topic_guard=AcceptingTopicGuard(), instance_id="unit")
 
 
@@ -106,6 +106,6 @@ def test_dead_letter_sends_an_unreadable_row_to_the_dead_letter_topic_and_goes_o
     by_seq = {record.seq: record for record in sent}
     assert sorted(by_seq) == list(range(1, EVENTS + 1))
     dead = by_seq[BAD_SEQ]
-    assert dead.topic == daemon.config.dlq_topic_name
+    assert dead.topic == "outbox.dlq.unit"
     assert reason in dict(dead.headers)["dlq_reason"].decode()
     assert all(by_seq[seq].topic == "outbox.event.order" for seq in by_seq if seq != BAD_SEQ)

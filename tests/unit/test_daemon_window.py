@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 
 from bridge.config import load_config
-from bridge.daemon import BridgeDaemon
+from bridge.daemon import build_daemon
 from bridge.kafka.testing import AcceptingTopicGuard, InMemoryPublisher, publisher_factory
 from bridge.migrate import upgrade
 from bridge.records import KafkaRecord
@@ -33,7 +33,7 @@ def test_a_read_of_many_rows_sends_only_what_fits_the_byte_window(tmp_path: Path
                                 "max_in_flight_bytes": WINDOW_BYTES, "read_batch_size": 1000}, env={})
     delivered: list[KafkaRecord] = []
     made: list[InMemoryPublisher] = []
-    daemon = BridgeDaemon(config, publisher_factory=publisher_factory(delivered, made, hold=True),
+    daemon = build_daemon(config, publisher_factory=publisher_factory(delivered, made, hold=True),
                           topic_guard=AcceptingTopicGuard(), instance_id="window")
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()

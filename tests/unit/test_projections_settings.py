@@ -66,3 +66,10 @@ def test_unknown_toml_settings_are_refused(tmp_path: Path) -> None:
     toml.write_text("lakes = 'x'\n")
     with pytest.raises(ConfigurationError, match="unknown settings \\['lakes'\\]"):
         load_settings(toml_path=toml, env={})
+
+
+@pytest.mark.parametrize("variable", ["KAFKA_BOOTSTRAP_SERVERS", "PROJECTIONS_LAKE_PATH", "PROJECTIONS_MODULES",
+                                      "PROJECTIONS_CONFIG_FILE"])
+def test_an_empty_variable_is_refused_not_taken_for_the_default(variable: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"{variable}.*(is refused|is set but empty).*unset it"):
+        load_settings(env={variable: ""})

@@ -17,11 +17,12 @@ from confluent_kafka import KafkaError, Producer
 
 from bridge.config import BridgeConfig, load_config
 from bridge.core.watermark import AckTracker
-from bridge.daemon import BridgeDaemon
+from bridge.daemon import build_daemon
 from bridge.kafka.producer_settings import producer_settings
 from bridge.kafka.publisher import DeliveryFailure, KafkaPublisher
 from bridge.kafka.testing import AcceptingTopicGuard
 from bridge.records import KafkaRecord
+from bridge.store.engine import make_engine
 
 RTT_MS = 200  # the mock broker answers each request this late
 MOCK = {"test.mock.num.brokers": 1, "test.mock.broker.rtt": RTT_MS, "log_level": 3}
@@ -103,7 +104,7 @@ def test_close_gives_up_after_its_timeout_and_still_reports_every_message(caplog
     assert time.monotonic() - started < RTT_MS / 1000
     assert sorted(seq for seq, _, _ in reports.seen) == list(range(1, IN_FLIGHT + 1)), "each reported once"
     assert all(err is not None and err.code() == KafkaError._PURGE_INFLIGHT for _, _, err in reports.seen)
-    assert "producer closed with requests unanswered" in caplog.text
+    assert "producer closed with records unanswered" in caplog.text
     # With enable.gapless.guarantee a purged request is a gap: a fatal error, recorded rather than raised.
     assert publisher.failure is not None and publisher.failure.fatal
 
@@ -135,8 +136,9 @@ def test_a_rebuild_finishes_the_old_producer_before_it_builds_the_new_one(tmp_pa
         built.append(weakref.ref(publisher))
         return publisher
 
-    daemon = BridgeDaemon(config, publisher_factory=new_publisher, topic_guard=AcceptingTopicGuard(),
-                          instance_id="unit")
+    engine = make_engine(config.db_url.get_secret_value())
+    daemon = build_daemon(config, publisher_factory=new_publisher, topic_guard=AcceptingTopicGuard(),
+                          instance_id="unit", engine=engine)
     tracker = AckTracker(0, max_in_flight=100, max_in_flight_bytes=1 << 20)
     daemon.tracker = tracker
     old = daemon._new_publisher()
@@ -162,4 +164,4 @@ def test_a_rebuild_finishes_the_old_producer_before_it_builds_the_new_one(tmp_pa
         assert _live_producers() == producers, "the new producer replaced the old one, which is gone"
     finally:
         new.close(0)
-        daemon.engine.dispose()
+        engine.dispose()

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 
-from bridge.errors import StoreError, TransientStoreError
-from bridge.store.failures import is_transient, sqlstate, store_error
+from bridge.errors import (
+    ConfigurationError,
+    DatabaseLoginError,
+    DatabaseTlsError,
+    NotMigratedError,
+    StoreError,
+    TransientStoreError,
+)
+from bridge.store.failures import is_transient, refused_connection, sqlstate, store_error
 
 pytestmark = pytest.mark.unit
 
@@ -82,3 +90,65 @@ def test_a_statement_timeout_stops_with_the_setting_to_change_because_a_retry_ti
     translated = store_error(error, "reading domain_events after seq 7")
     assert not isinstance(translated, TransientStoreError)
     assert "statement_timeout" in str(translated) and "BRIDGE_READ_BATCH_SIZE" in str(translated)
+
+
+# ------------------------------------------------------------------------------- refused connections
+
+URL = make_url("postgresql+psycopg://relay:hunter2@db.example:5432/app?sslmode=verify-full&sslrootcert=/etc/ca.crt")
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        ('connection failed: connection to server at "10.0.0.5", port 5432 failed: FATAL:  password authentication '
+         'failed for user "relay"', DatabaseLoginError),
+        ('connection failed: connection to server at "10.0.0.5", port 5432 failed: FATAL:  role "relay" does not '
+         "exist", DatabaseLoginError),
+        ('FATAL:  no pg_hba.conf entry for host "10.0.0.9", user "relay", database "app", no encryption',
+         DatabaseLoginError),
+        ("[28000] [Microsoft][ODBC Driver 18 for SQL Server][SQL Server]Login failed for user 'relay'. (18456)",
+         DatabaseLoginError),
+        ('connection failed: connection to server at "10.0.0.5", port 5432 failed: SSL error: certificate verify '
+         "failed", DatabaseTlsError),
+        ('server certificate for "db.internal" does not match host name "db.example"', DatabaseTlsError),
+        ("[08001] [Microsoft][ODBC Driver 18 for SQL Server]SSL Provider: [error:0A000086:SSL routines::certificate "
+         "verify failed:unable to get local issuer certificate]", DatabaseTlsError),
+        ('connection failed: connection to server at "10.0.0.5", port 5432 failed: Connection refused', None),
+        ("SSL SYSCALL error: EOF detected", None),
+        ("terminating connection due to administrator command", None),
+    ],
+)
+def test_a_refused_login_or_tls_failure_is_its_own_error_and_a_network_failure_is_not(
+    message: str, kind: type[Exception] | None
+) -> None:
+    refused = refused_connection(wrap(OperationalError, PsycopgLike(message, None)), URL)
+    if kind is None:
+        assert refused is None
+        return
+    assert isinstance(refused, kind) and not isinstance(refused, TransientStoreError)
+    text = str(refused)
+    assert "db.example:5432" in text and "'relay'" in text and "hunter2" not in text
+    assert ("OUTBOX_DB_URL" in text) if kind is DatabaseLoginError else ("/etc/ca.crt" in text or "trust" in text)
+
+
+def test_a_password_echoed_by_a_driver_is_masked() -> None:
+    refused = refused_connection(
+        wrap(OperationalError, PsycopgLike("password authentication failed (tried hunter2)", None)), URL)
+    assert refused is not None and "hunter2" not in str(refused) and "***" in str(refused)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        wrap(OperationalError, Exception("no such table: bridge_offsets")),  # sqlite3: no SQLSTATE
+        wrap(ProgrammingError, PsycopgLike('relation "bridge_offsets" does not exist', "42P01")),
+        wrap(ProgrammingError, PsycopgLike('column "status_json" does not exist', "42703")),
+        wrap(ProgrammingError, Exception("42S02", "[42S02] Invalid object name 'bridge_offsets'. (208)")),
+    ],
+)
+def test_a_missing_table_is_not_retried_but_names_outbox_bridge_migrate(error: DBAPIError) -> None:
+    assert not is_transient(error)
+    translated = store_error(error, "reading bridge_offsets")
+    assert isinstance(translated, NotMigratedError) and isinstance(translated, ConfigurationError)
+    assert "not migrated" in str(translated) and "outbox-bridge migrate" in str(translated)
+    assert "retry" not in str(translated)

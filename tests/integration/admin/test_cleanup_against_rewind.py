@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, func, insert, select, text
 
-from bridge import admin
-from bridge.admin import RefusedError, ReplayRequest
+from bridge import replay
 from bridge.config import BridgeConfig, load_config
+from bridge.errors import RefusedError
 from bridge.migrate import upgrade
+from bridge.replay import ReplayRequest
 from bridge.schema import bridge_replay_audit, domain_events
+from bridge.store import maintenance
 from bridge.store.engine import make_engine
 from bridge.store.offsets import OffsetStore
 
@@ -78,7 +80,7 @@ def test_cleanup_keeps_every_row_a_pending_rewind_will_republish(config: BridgeC
             requested_at=datetime.now(UTC), status="pending"))
     engine.dispose()
 
-    result = admin.cleanup(config, timedelta(hours=1), dry_run=False, batch_size=3, show_progress=False)
+    result = maintenance.cleanup(config.database, timedelta(hours=1), dry_run=False, batch_size=3, show_progress=False)
 
     assert _seqs(config) == list(range(FROM_SEQ, EVENTS + 1)), "rows the rewind re-publishes were deleted"
     assert result["deleted"] == FROM_SEQ - 1 and result["kept_for_rewind_from"] == FROM_SEQ
@@ -87,16 +89,16 @@ def test_cleanup_keeps_every_row_a_pending_rewind_will_republish(config: BridgeC
 def test_a_rewind_whose_rows_cleanup_deleted_after_its_first_check_is_refused_and_changes_nothing(
     config: BridgeConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    plan_replay = admin.plan_replay
+    plan_replay = replay.plan_replay
 
     def plan_then_cleanup(config: BridgeConfig, request: ReplayRequest) -> dict[str, object]:
-        plan = plan_replay(config, request)  # the rows are all there when the command looks
-        admin.cleanup(config, timedelta(hours=1), dry_run=False, show_progress=False)  # and then they are not
+        plan = plan_replay(config, request)  # the rows are all there when the command looks, and then they are not
+        maintenance.cleanup(config.database, timedelta(hours=1), dry_run=False, show_progress=False)
         return plan
 
-    monkeypatch.setattr(admin, "plan_replay", plan_then_cleanup)
+    monkeypatch.setattr(replay, "plan_replay", plan_then_cleanup)
     with pytest.raises(RefusedError, match=f"below the oldest event still in the outbox .seq {EVENTS + 1}"):
-        admin.rewind(config, _rewind_request())
+        replay.rewind(config, _rewind_request())
     assert _watermark_and_pending(config) == (EVENTS, 0)
 
 
@@ -108,7 +110,7 @@ def test_a_rewind_requested_during_a_cleanup_batch_waits_for_it_and_sees_what_it
 
     def request_rewind() -> None:
         try:
-            outcome.append(admin.rewind(config, _rewind_request()))
+            outcome.append(replay.rewind(config, _rewind_request()))
         except RefusedError as exc:
             outcome.append(exc)
 

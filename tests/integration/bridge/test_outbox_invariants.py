@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from bridge.cli import main
-from bridge.daemon import EXIT_DAMAGED, BridgeDaemon
+from bridge.daemon import EXIT_DAMAGED, build_daemon
 from bridge.migrate import upgrade
 from bridge.store.invariants import never_skip_problems
 from tests.support import bridge_config
@@ -51,7 +51,7 @@ def test_a_tidied_postgresql_outbox_is_refused_with_exit_2_naming_the_repair(
 ) -> None:
     upgrade(postgres_url)
     _alter(postgres_url, change)
-    daemon = BridgeDaemon(bridge_config(postgres_url, kafka_bootstrap))
+    daemon = build_daemon(bridge_config(postgres_url, kafka_bootstrap))
     assert daemon.run() == EXIT_DAMAGED
     assert named in (daemon.last_error or "")
     assert daemon.metrics.is_leader._value.get() == 0  # it never took the lease

@@ -1,8 +1,8 @@
-"""Operator commands that change things: replay (rewind or range) and cleanup of published rows.
+"""`outbox-bridge replay`: publish events again, by rewinding the running bridge or as a range.
 
-Every command refuses, with a message that says what to do, a request that could lose or confuse
-events: a range above the watermark, a range below what cleanup already deleted, a rewind while the
-daemon does not answer.
+Every request that could lose or confuse events is refused, with a message that says what to do: a
+range above the watermark, a range below what cleanup already deleted (`bridge.store.maintenance`),
+a rewind while the daemon does not answer.
 """
 
 from __future__ import annotations
@@ -12,27 +12,22 @@ import json
 import socket
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from bridge.config import BridgeConfig
-from bridge.config import parse_duration as config_duration
-from bridge.errors import OutboxError
+from bridge.errors import OutboxError, RefusedError
 from bridge.schema import bridge_offsets, bridge_replay_audit, domain_events
 from bridge.store.engine import make_engine
-from bridge.store.offsets import OffsetStore, deletable_up_to, hold_offsets
+from bridge.store.offsets import OffsetStore, hold_offsets
 from bridge.store.rows import ROW_COLUMNS, OutboxRow
 
 console = Console(stderr=True)
-
-
-class RefusedError(OutboxError):
-    """The request was refused before anything changed; the message says why and what to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,54 +238,3 @@ def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: b
 def _progress(enabled: bool) -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                     console=console, disable=not enabled)
-
-
-def parse_duration(text: str) -> timedelta:
-    try:
-        return config_duration(text)
-    except ValueError:
-        raise RefusedError(
-            f"--older-than {text!r} is not a duration; use a number and a unit, e.g. 90m, 12h, 7d"
-        ) from None
-
-
-def cleanup(config: BridgeConfig, older_than: timedelta, dry_run: bool, batch_size: int = 1000,
-            show_progress: bool = True) -> dict[str, Any]:
-    """Delete published rows (seq <= watermark) older than `older_than`, in small batches, keeping every
-    row a pending rewind will re-publish (seq >= its from_seq)."""
-    engine = make_engine(config.db_url.get_secret_value())
-    cutoff = datetime.now(UTC) - older_than
-    name = config.bridge_name
-    try:
-        offsets = OffsetStore(engine, name).read()
-        watermark = offsets.watermark if offsets else 0
-        with engine.connect() as conn:
-            planned, rewind_from = deletable_up_to(conn, name)
-            where = and_(domain_events.c.seq <= planned, domain_events.c.occurred_at < cutoff)
-            total = int(conn.execute(select(func.count()).where(where)).scalar() or 0)
-        result = {"bridge_name": name, "watermark": watermark, "cutoff": cutoff.isoformat(),
-                  "kept_for_rewind_from": rewind_from, "rows": total, "dry_run": dry_run, "deleted": 0}
-        if dry_run or total == 0:
-            return result
-        deleted = 0
-        with _progress(show_progress) as progress:
-            task = progress.add_task("deleting", total=total)
-            while True:
-                with engine.begin() as conn:
-                    # Decide and delete under the offsets row, batch by batch: a rewind requested or applied
-                    # meanwhile lowers the limit here, and one requested during this batch waits for it and
-                    # then sees what it deleted (_request_rewind).
-                    hold_offsets(conn, name)
-                    limit = min(planned, deletable_up_to(conn, name)[0])
-                    seqs = [r[0] for r in conn.execute(
-                        select(domain_events.c.seq).where(domain_events.c.seq <= limit,
-                                                          domain_events.c.occurred_at < cutoff)
-                        .order_by(domain_events.c.seq).limit(batch_size))]
-                    if not seqs:
-                        break
-                    conn.execute(delete(domain_events).where(domain_events.c.seq.in_(seqs)))
-                deleted += len(seqs)
-                progress.update(task, advance=len(seqs))
-        return result | {"deleted": deleted}
-    finally:
-        engine.dispose()

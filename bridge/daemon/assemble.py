@@ -1,0 +1,106 @@
+"""Wire a `BridgeDaemon` from the configuration: the one place the daemon's collaborators are built.
+
+Each collaborator gets the section it uses: the engine the database section, the producer the producer
+section (`as_librdkafka_dict()`), the topic guard and the poison gate the topic section, the loop its
+own. Tests that want other collaborators (an in-memory publisher, a topic guard that accepts
+everything, a reader over a fault proxy) pass them here, or build `BridgeDaemon` directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
+
+from bridge.config import BridgeConfig
+from bridge.daemon.loop import BridgeDaemon, OnDelivery
+from bridge.daemon.poison import producer_limit
+from bridge.kafka.access import check_connection
+from bridge.kafka.publisher import KafkaPublisher, Publisher
+from bridge.kafka.topics import TopicChecker, TopicGuard, TopicPolicy
+from bridge.metrics import BridgeMetrics
+from bridge.store.engine import make_engine, make_reader
+from bridge.store.failures import store_error
+from bridge.store.invariants import check_never_skip
+from bridge.store.maintenance import cleanup
+from bridge.store.offsets import OffsetStore
+from bridge.store.privileges import FIX, excess_rights
+from bridge.store.reader import OutboxReader
+from bridge.store.revision import check_migrated
+
+log = logging.getLogger("bridge.daemon")
+
+#: Makes a publisher from librdkafka settings and the daemon's delivery callback (`KafkaPublisher`).
+PublisherFactory = Callable[[dict[str, Any], OnDelivery], Publisher]
+
+
+def build_daemon(
+    config: BridgeConfig,
+    *,
+    metrics: BridgeMetrics | None = None,
+    publisher_factory: PublisherFactory | None = None,
+    topic_guard: TopicChecker | None = None,
+    instance_id: str | None = None,
+    engine: Engine | None = None,
+    reader_factory: Callable[[Engine], OutboxReader] = make_reader,
+) -> BridgeDaemon:
+    """The daemon for `config`, with real collaborators unless others are given."""
+    database = config.database
+    topics = config.topics
+    engine = engine or make_engine(database.url_text)
+    conf = config.producer.as_librdkafka_dict()  # refuses unsafe extras now, before anything starts
+    make_publisher = publisher_factory or KafkaPublisher
+    client_conf = config.kafka.client_conf()
+    guard = topic_guard or TopicGuard(
+        client_conf,
+        TopicPolicy(topics.partitions, topics.replication_factor, topics.allow_single_broker),
+    )
+
+    def check_kafka() -> None:
+        # Needs a real cluster: not when tests give an in-memory publisher.
+        if publisher_factory is None:
+            check_connection(client_conf)
+
+    def check_outbox() -> None:
+        """Refuse to lead an outbox that was never migrated, or whose seq path no longer takes the horizon
+        stamp first; warn when the login could do far more than publish."""
+        try:
+            with engine.connect() as conn:
+                check_migrated(conn)
+                check_never_skip(conn)
+            with engine.connect() as conn:
+                excess = excess_rights(conn)
+        except DBAPIError as exc:
+            raise store_error(exc, "checking the outbox's seq path and the login's rights") from exc
+        if excess is not None:
+            log.warning(f"the bridge runs as {excess.login!r}, {excess.why}: it needs far fewer rights; {FIX}",
+                        extra={"login": excess.login, "why": excess.why})
+
+    retention = config.retention_section
+
+    def retention_pass(period: timedelta) -> dict[str, Any]:
+        # The same pass as `outbox-bridge cleanup --older-than`.
+        return cleanup(database, period, dry_run=False, show_progress=False)
+
+    return BridgeDaemon(
+        config.loop,
+        topics,
+        offsets=OffsetStore(engine, database.bridge_name),
+        open_reader=lambda: reader_factory(engine),
+        new_publisher=lambda on_delivery: make_publisher(dict(conf), on_delivery),
+        topic_guard=guard,
+        check_outbox=check_outbox,
+        retention=retention,
+        retention_pass=retention_pass if retention is not None else None,
+        producer_limit=producer_limit(config.producer_extra),
+        metrics=metrics,
+        instance_id=instance_id,
+        on_exit=engine.dispose,
+        check_kafka=check_kafka,
+        # For the refusal messages (principal, bootstrap, CA): no need to hold the password there.
+        kafka_conf={k: v for k, v in client_conf.items() if k != "sasl.password"},
+    )

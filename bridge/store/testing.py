@@ -1,0 +1,200 @@
+"""In-memory stand-ins for the database side, for fast tests of the daemon without SQLite or threads.
+
+`InMemoryOutbox` is an outbox whose transactions commit in any order, with the visibility rules of a
+database that draws a transaction's horizon stamp before its seq (PostgreSQL's transaction id before
+`nextval`, SQL Server's ticket before the SEQUENCE): its reader is the real `TailReader` with the real
+hole rule, fed a horizon like a real dialect's. `InMemoryLeaseStore` keeps the watermark and the
+lease with the same fencing as `OffsetStore`: every write names the epoch it was granted.
+
+The outbox's `on_wait` hook runs whenever the daemon has nothing to do (its reader's `wait`): a test
+drives its scenario from there (commit the next transaction, steal the lease, stop the daemon), so the
+daemon runs on the test's own thread and every step happens at a known point of the loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from bridge.core.holes import Horizon, SeqRange
+from bridge.errors import FencedError
+from bridge.store.offsets import Lease, RewindRequest
+from bridge.store.reader import TailReader, VisibleRows
+from bridge.store.rows import OutboxRow
+
+
+@dataclass(slots=True)
+class _Open:
+    stamp: int
+    row: OutboxRow
+
+
+class InMemoryOutbox:
+    """`domain_events` in memory: `begin` draws a horizon stamp and then a seq, `commit` makes the row
+    visible, `rollback` leaves a hole for good."""
+
+    def __init__(self) -> None:
+        self.committed: dict[int, OutboxRow] = {}
+        self._open: dict[int, _Open] = {}
+        self._next_seq = 1
+        self._last_stamp = 0
+        #: Called each time the daemon waits for new rows, with the number of waits so far.
+        self.on_wait: Callable[[int], None] = lambda _waits: None
+        self.waits = 0
+
+    def begin(self, aggregate_id: str = "a", aggregate_type: str = "order", payload: str = "{}") -> int:
+        """Start a writer's transaction and draw its seq (after its stamp); returns the seq."""
+        self._last_stamp += 1
+        seq = self._next_seq
+        self._next_seq += 1
+        row = OutboxRow(seq, f"e-{seq}", aggregate_type, aggregate_id, "happened", payload, None,
+                        datetime.now(UTC), 1)
+        self._open[seq] = _Open(self._last_stamp, row)
+        return seq
+
+    def commit(self, seq: int) -> None:
+        self.committed[seq] = self._open.pop(seq).row
+
+    def rollback(self, seq: int) -> None:
+        del self._open[seq]
+
+    def write(self, aggregate_id: str = "a", aggregate_type: str = "order", payload: str = "{}") -> int:
+        """One transaction that commits at once."""
+        seq = self.begin(aggregate_id, aggregate_type, payload)
+        self.commit(seq)
+        return seq
+
+    def horizon(self) -> Horizon:
+        """Every transaction at or below `low` has finished; every one that may still commit is at or
+        below `high`."""
+        low = min(txn.stamp for txn in self._open.values()) - 1 if self._open else self._last_stamp
+        return Horizon(low=low, high=self._last_stamp)
+
+    def reader(self) -> InMemoryReader:
+        return InMemoryReader(self)
+
+
+class InMemoryReader(TailReader["InMemoryOutbox"]):
+    """The real read loop and hole rule over an `InMemoryOutbox`."""
+
+    def __init__(self, outbox: InMemoryOutbox) -> None:
+        super().__init__(self._session, _read_visible)
+        self._outbox = outbox
+        self.closed = False
+
+    @contextmanager
+    def _session(self) -> Iterator[InMemoryOutbox]:
+        yield self._outbox
+
+    def head_seq(self) -> int:
+        return max(self._outbox.committed, default=0)
+
+    def rows_in(self, holes: Sequence[SeqRange]) -> list[int]:
+        return sorted(seq for seq in self._outbox.committed
+                      if any(hole.first <= seq <= hole.last for hole in holes))[:100]
+
+    def oldest_after(self, seq: int) -> OutboxRow | None:
+        later = [row_seq for row_seq in self._outbox.committed if row_seq > seq]
+        return self._outbox.committed[min(later)] if later else None
+
+    def horizon_holder(self) -> dict[str, Any] | None:
+        return None
+
+    def wait(self, timeout: float) -> None:
+        self._outbox.waits += 1
+        self._outbox.on_wait(self._outbox.waits)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _read_visible(outbox: InMemoryOutbox, after: int, limit: int) -> VisibleRows:
+    # The horizon is taken before the rows, as the real dialects do: a transaction that commits in
+    # between is then at or below the horizon's view of it, never missed.
+    horizon = outbox.horizon()
+    rows = tuple(outbox.committed[seq] for seq in sorted(outbox.committed) if seq > after)[:limit]
+    return VisibleRows(rows, horizon)
+
+
+class InMemoryLeaseStore:
+    """The watermark and lease of one bridge name, fenced by epoch and owner like `OffsetStore`.
+
+    Time is this process's monotonic clock (a real store uses the database's)."""
+
+    def __init__(self, bridge_name: str = "unit", watermark: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.bridge_name = bridge_name
+        self.watermark = watermark
+        self.epoch = 0
+        self.owner: str | None = None
+        self.expires_at = 0.0
+        self.status: dict[str, Any] = {}
+        self.persists = 0
+        self._clock = clock
+        self._rewinds: list[tuple[RewindRequest, str]] = []
+
+    def try_acquire(self, owner: str, lease_seconds: float) -> Lease | None:
+        now = self._clock()
+        if self.owner is not None and self.owner != owner and self.expires_at > now:
+            return None
+        self.epoch += 1
+        self.owner = owner
+        self.expires_at = now + lease_seconds
+        return Lease(self.bridge_name, owner, self.epoch, self.watermark)
+
+    def steal(self, owner: str = "another-instance") -> None:
+        """Another instance takes the lease over, as after this one's lease expired."""
+        self.epoch += 1
+        self.owner = owner
+
+    def _fence(self, lease: Lease) -> None:
+        if lease.epoch != self.epoch or lease.owner != self.owner:
+            raise FencedError(f"bridge {self.bridge_name!r}: lease epoch {lease.epoch} of {lease.owner} is no "
+                              f"longer current (epoch {self.epoch}, {self.owner})")
+
+    def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], *,
+                allow_lower: bool = False) -> None:
+        self._fence(lease)
+        self.watermark = watermark if allow_lower else max(self.watermark, watermark)
+        self.expires_at = self._clock() + lease_seconds
+        self.status = status
+        self.persists += 1
+
+    def release(self, lease: Lease) -> None:
+        if lease.epoch == self.epoch:
+            self.owner = None
+            self.expires_at = 0.0
+
+    def request_rewind(self, from_seq: int, requested_by: str = "test") -> RewindRequest:
+        """What `outbox-bridge replay --mode rewind` records: a pending request for the leader."""
+        request = RewindRequest(len(self._rewinds) + 1, from_seq, requested_by, None)
+        self._rewinds.append((request, "pending"))
+        return request
+
+    def rewind_status(self, request: RewindRequest) -> str:
+        return next(state for known, state in self._rewinds if known.id == request.id)
+
+    def pending_rewind(self) -> RewindRequest | None:
+        return next((request for request, state in self._rewinds if state == "pending"), None)
+
+    def _mark(self, request: RewindRequest, state: str) -> bool:
+        for index, (known, current) in enumerate(self._rewinds):
+            if known.id == request.id and current == "pending":
+                self._rewinds[index] = (known, state)
+                return True
+        return False
+
+    def apply_rewind(self, lease: Lease, request: RewindRequest, lease_seconds: float) -> bool:
+        self._fence(lease)
+        if not self._mark(request, "applied"):
+            return False
+        self.watermark = request.from_seq - 1
+        self.expires_at = self._clock() + lease_seconds
+        return True
+
+    def refuse_rewind(self, request: RewindRequest, why: str) -> None:
+        self._mark(request, "refused")
