@@ -2,7 +2,9 @@
 
 Settings come from flags, then environment variables, then a TOML file (`--config` or
 PROJECTIONS_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration,
-3 unknown projection, 5 refused (nothing changed); `doctor` exits 1 when a check failed.
+3 unknown projection, 5 refused (nothing changed); `doctor` exits 1 when a check failed. When Kafka
+refuses the projection's principal, `run` and `replay` stop before Spark starts: 7 wrong password or
+unknown user, 8 the brokers' TLS certificate is not trusted (as for the bridge).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 from typing import Any
 
 from bridge.errors import ConfigurationError, OutboxError
+from bridge.kafka.access import KafkaAccessError
 from projections.errors import RefusedError, UnknownProjectionError
 
 log = logging.getLogger("projections.cli")
@@ -186,6 +189,17 @@ def _locked(lake: Any, name: str) -> Any:
     return lock
 
 
+def _check_kafka(settings: Any) -> None:
+    """Refused credentials or an untrusted certificate: one clear error now (KafkaAccessError), not Spark's
+    exception after its start, nor a consumer retrying; unreachable brokers are left to the source's retries."""
+    from bridge.kafka.access import check_connection
+    from projections.kafka_clients import consumer_conf
+
+    conf = consumer_conf(settings, "unused")
+    conf.pop("group.id")
+    check_connection(conf)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from projections import runner
     from projections.lake import Lake
@@ -194,6 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     projection = _catalog(settings).get(args.name)
     projection.source_option(settings.topic_template)  # a bad template fails before Spark starts
     log.info("effective settings", extra={"projection": projection.name, "settings": settings.masked()})
+    _check_kafka(settings)
     with _locked(Lake(settings.lake), projection.name):
         spark = _session(f"projection-{projection.name}")
         metrics, server = _serve_metrics(spark, settings, projection.name)
@@ -226,6 +241,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     start_kind, _ = replay.parse_from_offset(args.from_offset)  # a malformed value fails before Kafka
+    _check_kafka(settings)
     refuse_partial_rebuild(
         projection,
         start_kind,
@@ -496,6 +512,10 @@ def main(argv: list[str] | None = None) -> int:
     except RefusedError as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    except KafkaAccessError as exc:
+        log.error("Kafka refused the projection; stopping", extra={"error": str(exc), "exit_code": exc.exit_code})
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except ConfigurationError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE

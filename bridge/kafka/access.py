@@ -92,7 +92,7 @@ def access_error(err: KafkaError, conf: Mapping[str, Any]) -> KafkaAccessError |
         ca = conf.get("ssl.ca.location")
         trusted = f"KAFKA_SSL_CA_LOCATION={ca}" if ca else "the system's CA store (KAFKA_SSL_CA_LOCATION is unset)"
         return CertificateUntrusted(
-            f"the TLS certificate of Kafka at {servers} is not signed by a CA the bridge trusts ({trusted}); "
+            f"the TLS certificate of Kafka at {servers} is not signed by a CA this client trusts ({trusted}); "
             f"nothing was sent as {principal_of(conf)}. Fix: set KAFKA_SSL_CA_LOCATION to the PEM file of the CA "
             "that signed the brokers' certificates (and check that they name this host)"
         )

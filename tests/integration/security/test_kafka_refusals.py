@@ -5,7 +5,9 @@ principal, the resource and the fix; nothing retries in a loop."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -119,3 +121,17 @@ def test_a_missing_write_acl_stops_the_bridge_with_exit_9_naming_topic_and_opera
     assert f"User:{user.name} Write on topic {topic}" in error
     assert f"--allow-principal User:{user.name} --operation Write --topic {topic}" in error
     assert log.count("rebuilding the producer") == 0  # stopped at the first refusal, no rebuild loop
+
+
+def test_a_projection_with_a_wrong_password_stops_before_spark_with_exit_7(kafka_secure, tmp_path) -> None:
+    user = kafka_secure.new_user("proj")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "BRIDGE_", "KAFKA_", "PROJECTIONS_"))}
+    env |= kafka_secure.env(User(user.name, "not-the-password")) | {"PROJECTIONS_LAKE_PATH": str(tmp_path / "lake"),
+                                                                     "PROJECTIONS_METRICS_PORT": "0"}
+    started = time.monotonic()
+    result = subprocess.run([str(Path(sys.executable).with_name("outbox-projections")), "run", "orders_current",
+                             "--available-now"], env=env, capture_output=True, text=True, timeout=EXIT_WITHIN_S)
+    assert result.returncode == EXIT_AUTHENTICATION, result.stderr[-3000:]
+    assert f"User:{user.name}" in result.stderr and "KAFKA_SASL_PASSWORD" in result.stderr
+    assert "not-the-password" not in result.stdout + result.stderr
+    assert "SparkSession" not in result.stderr and time.monotonic() - started < 20  # Spark never started
