@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 BROKERS ?= 1
+SECURE ?= 0
 SPARK ?=
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed
@@ -63,8 +64,8 @@ jars: $(STAMP) ## resolve the Kafka broker, Spark Kafka connector, Delta, Kafka 
 	$(PY) ops/localstack.py jars kafka spark
 	$(PY) ops/connect.py jars
 
-up: $(STAMP) ## start Kafka (BROKERS=1 or 3) and PostgreSQL on loopback; writes .run/stack.env (SPARK=standalone: a Spark cluster too)
-	$(PY) ops/localstack.py up --brokers $(BROKERS)
+up: $(STAMP) ## start Kafka (BROKERS=1 or 3; SECURE=1: SASL_SSL, TLS, ACLs) and PostgreSQL on loopback; writes .run/stack.env (SPARK=standalone: a Spark cluster too)
+	$(PY) ops/localstack.py up --brokers $(BROKERS) $(if $(filter 1,$(SECURE)),--secure)
 	@if [ "$(SPARK)" = standalone ]; then $(PY) ops/sparkcluster.py up; \
 	elif [ -n "$(SPARK)" ]; then echo "SPARK=$(SPARK) is not known; use SPARK=standalone (a master and two workers on 127.0.0.1)" >&2; exit 2; fi
 

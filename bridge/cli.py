@@ -5,7 +5,9 @@ Configuration comes from flags, then environment variables, then a TOML file (`-
 OUTBOX_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration (a database
 that is not migrated, or TLS to it that fails verification, included), 3 halted on a poison event, 4 unsafe
 topic, 5 request refused (nothing changed), 6 the database refused the login (wrong password or unknown
-user: fix OUTBOX_DB_URL or the role, then start again; not retried); `doctor` exits 1 when a check failed.
+user: fix OUTBOX_DB_URL or the role, then start again; not retried), and when Kafka refuses the bridge
+(not retried either): 7 authentication failed (wrong password or unknown user), 8 the brokers' TLS
+certificate is not trusted, 9 an ACL is missing; `doctor` exits 1 when a check failed.
 New here? Start with `outbox-bridge doctor`.
 """
 
@@ -310,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from bridge.errors import RefusedError
+    from bridge.kafka.access import KafkaAccessError
 
     try:
         code: int = args.func(args)
@@ -320,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     except DatabaseLoginError as exc:
         print(f"outbox-bridge: {exc}", file=sys.stderr)
         return EXIT_DB_LOGIN
+    except KafkaAccessError as exc:
+        print(f"outbox-bridge: {exc}", file=sys.stderr)
+        return exc.exit_code
     except ConfigurationError as exc:
         print(f"outbox-bridge: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -36,6 +36,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from bridge.errors import ConfigurationError
+from bridge.kafka.client_security import (
+    SaslMechanism,
+    SecurityProtocol,
+    connection_settings,
+    security_conflicts,
+)
 from bridge.kafka.producer_settings import (
     MASK,
     ProducerSettings,
@@ -80,9 +86,15 @@ ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType(
         "log_level": "BRIDGE_LOG_LEVEL",
         "retention": "BRIDGE_RETENTION",
         "retention_interval_s": "BRIDGE_RETENTION_INTERVAL_S",
+        "kafka_security_protocol": "KAFKA_SECURITY_PROTOCOL",
+        "kafka_sasl_mechanism": "KAFKA_SASL_MECHANISM",
+        "kafka_sasl_username": "KAFKA_SASL_USERNAME",
+        "kafka_sasl_password": "KAFKA_SASL_PASSWORD",
+        "kafka_ssl_ca_location": "KAFKA_SSL_CA_LOCATION",
     }
 )
 TOML_PRODUCER_TABLE: Final = "producer"
+EXTRA_ENV_NAME: Final = "BRIDGE_PRODUCER_EXTRA"
 
 LEGAL_TOPIC_NAME: Final = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _BRIDGE_NAME = re.compile(r"[a-zA-Z0-9._-]{1,100}")
@@ -220,11 +232,41 @@ class DatabaseSection:
 
 
 @dataclass(frozen=True, slots=True)
+class KafkaConnection:
+    """How every Kafka client of the bridge connects: bootstrap servers and the security settings.
+
+    The producer, the topic checks' admin client, `topics` and `replay` all get `client_conf()`, so a
+    secured cluster needs its settings once.
+    """
+
+    bootstrap_servers: str
+    security: Mapping[str, Any]  # librdkafka keys; credentials as SecretStr
+
+    def client_conf(self) -> dict[str, Any]:
+        """The dict for any confluent-kafka client: holds credentials in clear, never log it."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        for key, value in self.security.items():
+            conf[key] = value.get_secret_value() if isinstance(value, SecretStr) else value
+        return conf
+
+    @property
+    def principal(self) -> str:
+        """The principal the brokers see, for error messages: `User:<name>`, or what authenticates instead."""
+        user = self.security.get("sasl.username")
+        if user:
+            return f"User:{user}"
+        if str(self.security.get("security.protocol", "plaintext")).lower().startswith("sasl"):
+            return "a SASL user (sasl.username unset)"
+        return "User:ANONYMOUS (no SASL; set KAFKA_SECURITY_PROTOCOL=SASL_SSL and KAFKA_SASL_USERNAME)"
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerSection:
     """What the Kafka producer is made from (satisfies `bridge.kafka.producer_settings.ProducerConfig`)."""
 
     bridge_name: str
     bootstrap_servers: str
+    client_security: Mapping[str, Any]
     linger_ms: int
     batch_size: int
     compression: Compression
@@ -352,6 +394,15 @@ class BridgeConfig(BaseSettings):
     )
     allow_unsafe_producer: bool = Field(default=False, description="accept extras that weaken delivery")
     log_level: LogLevel = Field(default=LogLevel.INFO, description="log level")
+    kafka_security_protocol: SecurityProtocol | None = Field(
+        default=None, description="librdkafka security.protocol of every Kafka client (PLAINTEXT if unset)"
+    )
+    kafka_sasl_mechanism: SaslMechanism | None = Field(default=None, description="sasl.mechanism")
+    kafka_sasl_username: str | None = Field(default=None, min_length=1, description="sasl.username")
+    kafka_sasl_password: SecretStr | None = Field(default=None, description="sasl.password")
+    kafka_ssl_ca_location: str | None = Field(
+        default=None, min_length=1, description="PEM file of the CA that signed the brokers' certificates"
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -424,6 +475,51 @@ class BridgeConfig(BaseSettings):
     def _producer_extra_is_frozen(cls, value: Mapping[str, ProducerValue]) -> Mapping[str, ProducerValue]:
         return _freeze_producer_extra(value)
 
+    @field_validator("kafka_ssl_ca_location")
+    @classmethod
+    def _ca_file_exists(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).expanduser().is_file():
+            raise ValueError("no such file; give the PEM file of the CA that signed the brokers' certificates")
+        return value
+
+    @model_validator(mode="after")
+    def _security_agrees(self) -> BridgeConfig:
+        env = ENV_NAMES
+        sasl = self.kafka_security_protocol in (SecurityProtocol.SASL_SSL, SecurityProtocol.SASL_PLAINTEXT)
+        if (self.kafka_sasl_username is None) != (self.kafka_sasl_password is None):
+            given, missing = (
+                ("kafka_sasl_username", "kafka_sasl_password") if self.kafka_sasl_password is None
+                else ("kafka_sasl_password", "kafka_sasl_username")
+            )
+            raise ValueError(f"{env[given]} is set but {env[missing]} is not; give both, or neither")
+        if (self.kafka_sasl_username is not None or self.kafka_sasl_mechanism is not None) and not sasl:
+            raise ValueError(
+                f"{env['kafka_sasl_username']}/{env['kafka_sasl_mechanism']} need "
+                f"{env['kafka_security_protocol']}=SASL_SSL (or SASL_PLAINTEXT); it is "
+                f"{self.kafka_security_protocol.value if self.kafka_security_protocol else 'unset (PLAINTEXT)'}"
+            )
+        conflicts = security_conflicts(self._typed_security(), self.producer_extra)
+        if conflicts:
+            raise ValueError(
+                f"{EXTRA_ENV_NAME} sets {', '.join(conflicts)}, which the KAFKA_SECURITY_PROTOCOL/KAFKA_SASL_*/"
+                "KAFKA_SSL_CA_LOCATION settings also set; give each in one place"
+            )
+        return self
+
+    def _typed_security(self) -> dict[str, Any]:
+        typed: dict[str, Any] = {}
+        if self.kafka_security_protocol is not None:
+            typed["security.protocol"] = self.kafka_security_protocol.value
+        if self.kafka_sasl_mechanism is not None:
+            typed["sasl.mechanism"] = self.kafka_sasl_mechanism.value
+        if self.kafka_sasl_username is not None:
+            typed["sasl.username"] = self.kafka_sasl_username
+        if self.kafka_sasl_password is not None:
+            typed["sasl.password"] = self.kafka_sasl_password
+        if self.kafka_ssl_ca_location is not None:
+            typed["ssl.ca.location"] = str(Path(self.kafka_ssl_ca_location).expanduser())
+        return typed
+
     @model_validator(mode="after")
     def _settings_agree(self) -> BridgeConfig:
         env = ENV_NAMES
@@ -489,10 +585,24 @@ class BridgeConfig(BaseSettings):
         return DatabaseSection(url=self.db_url, bridge_name=self.bridge_name)
 
     @property
+    def kafka(self) -> KafkaConnection:
+        """Bootstrap and security settings of every Kafka client (typed settings, and security extras)."""
+        return KafkaConnection(
+            bootstrap_servers=self.bootstrap_servers,
+            security=MappingProxyType(connection_settings(self._typed_security(), self.producer_extra)),
+        )
+
+    @property
+    def client_security(self) -> Mapping[str, Any]:
+        """The security settings of every Kafka client (so the whole configuration is a ProducerConfig too)."""
+        return self.kafka.security
+
+    @property
     def producer(self) -> ProducerSection:
         return ProducerSection(
             bridge_name=self.bridge_name,
             bootstrap_servers=self.bootstrap_servers,
+            client_security=self.kafka.security,
             linger_ms=self.linger_ms,
             batch_size=self.batch_size,
             compression=self.compression,
@@ -543,6 +653,8 @@ class BridgeConfig(BaseSettings):
             value = getattr(self, name)
             if name == "db_url":
                 value = mask_url(self.db_url.get_secret_value())
+            elif isinstance(value, SecretStr):
+                value = MASK
             elif name == "producer_extra":
                 value = {k: MASK if isinstance(v, SecretStr) else v for k, v in self.producer_extra.items()}
             elif isinstance(value, Enum):
@@ -707,6 +819,8 @@ def _masked_input(name: str, value: Any) -> str:
     if name == "db_url" and isinstance(value, str | SecretStr):
         raw = value.get_secret_value() if isinstance(value, SecretStr) else value
         return repr(mask_url(raw))
+    if name == "kafka_sasl_password":
+        return repr(MASK)
     if name == "producer_extra" and isinstance(value, Mapping):
         return repr({k: MASK if is_secret_producer_key(str(k)) else v for k, v in value.items()})
     return repr(value.value if isinstance(value, Enum) else value)

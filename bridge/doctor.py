@@ -361,7 +361,7 @@ class BridgeDoctor:
 
     def _topics(self) -> list[Check]:
         config = self.config
-        guard = TopicGuard(config.bootstrap_servers,
+        guard = TopicGuard(config.kafka.client_conf(),
                            TopicPolicy(config.topic_partitions, config.replication_factor, config.allow_single_broker),
                            timeout=self.kafka_timeout_s)
         topics = self._event_topics()

@@ -182,11 +182,13 @@ def _request_rewind(engine: Engine, config: BridgeConfig, request: ReplayRequest
 
 def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: bool = True) -> dict[str, Any]:
     """Publish a seq range to its topics (or one named topic) without touching the live watermark."""
+    from bridge.kafka.access import check_connection
     from bridge.kafka.producer_settings import producer_settings
     from bridge.kafka.publisher import KafkaPublisher
     from bridge.records import build_record
 
     plan = plan_replay(config, request)
+    check_connection(config.kafka.client_conf())  # refused credentials or certificate: one clear error, now
     engine = make_engine(config.db_url.get_secret_value())
     failures: list[str] = []
     delivered = 0
@@ -201,7 +203,7 @@ def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: b
     def route(aggregate_type: str) -> str:
         return request.topic or config.topic_for(aggregate_type)
 
-    publisher = KafkaPublisher(producer_settings(config, client_id=f"outbox-replay-{config.bridge_name}").conf,
+    publisher = KafkaPublisher(producer_settings(config.producer, client_id=f"outbox-replay-{config.bridge_name}").conf,
                                on_delivery)
     try:
         with _progress(show_progress) as progress:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bridge.config import BridgeConfig
+from bridge.kafka.access import check_connection
 from bridge.kafka.topics import TopicGuard, TopicPolicy, TopicReport
 from bridge.store.engine import make_engine, make_reader
 from bridge.store.offsets import OffsetStore
@@ -66,8 +67,9 @@ def render_status(status: dict[str, Any]) -> None:
 
 def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topics: list[str]) -> int:
     """Check (or ensure) every topic the bridge writes: one per aggregate type in the outbox, plus the DLQ."""
+    check_connection(config.kafka.client_conf())  # refused credentials or certificate: one clear error, now
     guard = TopicGuard(
-        config.bootstrap_servers,
+        config.kafka.client_conf(),
         TopicPolicy(config.topic_partitions, config.replication_factor, config.allow_single_broker),
     )
     topics = sorted(set(_event_topics(config)) | set(extra_topics) | {config.dlq_topic_name})

@@ -5,12 +5,17 @@ Everything lives under `.run/` (data, logs, pid files) and the JVM jars under `.
 repository root. `up` is idempotent and waits until every service answers; `down` stops every process it
 started, by pid. Fault tests use `broker-stop` / `broker-start` on a named cluster.
 
-    python ops/localstack.py up [--brokers 3]
+    python ops/localstack.py up [--brokers 3] [--secure]
     python ops/localstack.py down
     python ops/localstack.py status
     python ops/localstack.py kafka-up --cluster kafka3 --brokers 3 --port 29092
+    python ops/localstack.py kafka-up --cluster ksecure --brokers 1 --port 39092 --secure
     python ops/localstack.py broker-stop --cluster kafka3 --node 2 [--kill]
     python ops/localstack.py broker-start --cluster kafka3 --node 2
+A `--secure` cluster listens with SASL_SSL (SCRAM-SHA-512) only: a CA and broker key made for the run
+under `<cluster>/tls/`, the StandardAuthorizer with no access without an ACL, brokers and the controller
+talking SASL_SSL too (the controller listener authenticates with PLAIN). Its users, passwords and the CA
+path are in `<cluster>/client.env` (mode 0600); see `ops/kafka_security.py`.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import base64
 import contextlib
 import fcntl
 import glob
+import importlib.util
 import json
 import os
 import shutil
@@ -32,6 +38,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = Path(os.environ.get("OUTBOX_RUN_DIR", ROOT / ".run")).resolve()
@@ -153,6 +161,18 @@ def ensure_jars(which: str) -> Path:
 # ------------------------------------------------------------------------------------------------- kafka
 
 
+def kafka_security() -> ModuleType:
+    """ops/kafka_security.py (ops/ is scripts, not a package; tests load this file by path too)."""
+    name = "outbox_ops_kafka_security"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "kafka_security.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 @dataclass(frozen=True)
 class KafkaCluster:
     """A KRaft cluster on consecutive loopback ports.
@@ -163,12 +183,16 @@ class KafkaCluster:
 
     With `advertised_port`, broker N tells clients to connect to `advertised_port + N - 1` instead of the
     port it listens on: a test puts a proxy there so that every client connection goes through it.
+
+    With `secure`, every listener is SASL_SSL (see ops/kafka_security.py) and clients need the settings in
+    `client_env_file`.
     """
 
     name: str
     brokers: int
     port: int
     advertised_port: int | None = None
+    secure: bool = False
 
     @property
     def home(self) -> Path:
@@ -199,10 +223,38 @@ class KafkaCluster:
     def marker(self, node: int) -> str:
         return f"-Doutbox.stack.node={self.home}/node-{node}"
 
+    # --------------------------------------------------------------------------------- security
+
+    @property
+    def listener(self) -> str:
+        return "SASL_SSL" if self.secure else "PLAINTEXT"
+
+    @property
+    def client_env_file(self) -> Path:
+        """Secured clusters: bootstrap, protocol, CA and a user and password per role (mode 0600)."""
+        return self.home / "client.env"
+
+    def tls(self) -> Any:
+        return kafka_security().Tls(self.home / "tls")
+
+    def credentials(self) -> Any:
+        return kafka_security().Credentials.load_or_make(self.home / "credentials.json")
+
+    def admin_conf(self) -> dict[str, Any]:
+        """librdkafka settings of an admin client: the super user on a secured cluster."""
+        if not self.secure:
+            return {"bootstrap.servers": self.bootstrap}
+        return dict(kafka_security().admin_client_conf(self.bootstrap, self.tls(), self.credentials()))
+
+    def client_env(self) -> dict[str, str]:
+        if not self.secure:
+            return {"KAFKA_BOOTSTRAP_SERVERS": self.bootstrap}
+        return dict(kafka_security().client_env(self.bootstrap, self.tls(), self.credentials()))
+
     def save(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "cluster.json").write_text(
-            json.dumps({"name": self.name, "brokers": self.brokers, "port": self.port})
+            json.dumps({"name": self.name, "brokers": self.brokers, "port": self.port, "secure": self.secure})
         )
 
     @classmethod
@@ -211,13 +263,14 @@ class KafkaCluster:
         if not path.exists():
             return None
         data = json.loads(path.read_text())
-        return cls(name=data["name"], brokers=data["brokers"], port=data["port"])
+        return cls(name=data["name"], brokers=data["brokers"], port=data["port"], secure=data.get("secure", False))
 
     def properties(self, node: int) -> str:
         n = self.brokers
         min_isr = max(1, n - 1)
         controller_id = 1 if n == 1 else 0
         controller = f"CONTROLLER://{HOST}:{self.controller_port}"
+        security = self._security_properties()
         if node == 0:
             return "\n".join(
                 [
@@ -226,15 +279,16 @@ class KafkaCluster:
                     f"controller.quorum.voters={controller_id}@{HOST}:{self.controller_port}",
                     f"listeners={controller}",
                     "controller.listener.names=CONTROLLER",
-                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT",
+                    *(security or ["listener.security.protocol.map=CONTROLLER:PLAINTEXT"]),
                     f"log.dirs={self.home}/node-0/data",
                     "",
                 ]
             )
-        listeners = f"PLAINTEXT://{HOST}:{self.client_port(node)}"
+        listener = self.listener
+        listeners = f"{listener}://{HOST}:{self.client_port(node)}"
         advertised = listeners
         if self.advertised_port is not None:
-            advertised = f"PLAINTEXT://{HOST}:{self.advertised_port + node - 1}"
+            advertised = f"{listener}://{HOST}:{self.advertised_port + node - 1}"
         return "\n".join(
             [
                 "process.roles=broker,controller" if n == 1 else "process.roles=broker",
@@ -243,8 +297,8 @@ class KafkaCluster:
                 f"listeners={listeners},{controller}" if n == 1 else f"listeners={listeners}",
                 f"advertised.listeners={advertised}",
                 "controller.listener.names=CONTROLLER",
-                "inter.broker.listener.name=PLAINTEXT",
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                f"inter.broker.listener.name={listener}",
+                *(security or ["listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"]),
                 f"log.dirs={self.home}/node-{node}/data",
                 "num.partitions=3",
                 f"default.replication.factor={n}",
@@ -270,6 +324,14 @@ class KafkaCluster:
             ]
         )
 
+    def _security_properties(self) -> list[str]:
+        if not self.secure:
+            return []
+        creds = self.credentials()
+        tls = self.tls()
+        tls.make(creds.keystore, HOST)
+        return list(kafka_security().broker_properties(tls, creds, self.listener))
+
     def java(self, main: str, *args: str, node: int) -> list[str]:
         jars = ensure_jars("kafka")
         java = shutil.which("java")
@@ -294,9 +356,13 @@ class KafkaCluster:
         node_dir.mkdir(parents=True, exist_ok=True)
         config = node_dir / "server.properties"
         config.write_text(self.properties(node))
+        if self.secure:
+            config.chmod(0o600)  # holds the keystore, admin and controller passwords
         if (node_dir / "data" / "meta.properties").exists():
             return
-        cmd = self.java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), node=node)
+        scram = kafka_security().scram_format_args(self.credentials()) if self.secure else []
+        cmd = self.java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), *scram,
+                        node=node)
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise StackError(f"formatting {self.name} node {node} failed:\n{result.stdout}\n{result.stderr}")
@@ -351,7 +417,7 @@ class KafkaCluster:
         quiet = logging.getLogger("localstack.kafka")
         quiet.addHandler(logging.NullHandler())
         quiet.propagate = False
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 3000, "logger": quiet})
+        admin = AdminClient({**self.admin_conf(), "socket.timeout.ms": 3000, "logger": quiet})
         try:
             metadata = admin.list_topics(timeout=3)
         except Exception:  # noqa: BLE001 - any failure here means "not ready yet"
@@ -380,6 +446,11 @@ class KafkaCluster:
         if started:
             log(f"started Kafka {self.name} node(s) {started}; waiting for the cluster at {self.bootstrap}")
         self.wait_ready()
+        if self.secure:
+            security = kafka_security()
+            security.provision(self.bootstrap, self.tls(), self.credentials())
+            security.write_env_file(self.client_env_file, self.client_env())
+            log(f"Kafka {self.name}: SASL_SSL ({security.MECHANISM}) with ACLs; users and CA in {self.client_env_file}")
         log(f"Kafka {self.name} ready: {self.brokers} broker(s) at {self.bootstrap}")
 
     def any_running(self) -> bool:
@@ -626,9 +697,10 @@ class Postgres:
 
 
 def write_env(cluster: KafkaCluster, pg: Postgres) -> Path:
+    """`.run/stack.env`; a secured cluster adds its client settings and role users (file mode 0600 then)."""
     env_file = RUN / "stack.env"
     lines = {
-        "KAFKA_BOOTSTRAP_SERVERS": cluster.bootstrap,
+        **cluster.client_env(),
         "KAFKA_BROKERS": str(cluster.brokers),
         "OUTBOX_DB_URL": pg.url,
         "OUTBOX_PG_ADMIN_URL": pg.admin_url,
@@ -636,7 +708,10 @@ def write_env(cluster: KafkaCluster, pg: Postgres) -> Path:
         "SPARK_JARS_DIR": str(JARS / "spark"),
         "PROJECTIONS_LAKE_PATH": str(RUN / "lake"),
     }
-    env_file.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
+    if cluster.secure:
+        kafka_security().write_env_file(env_file, lines)
+    else:
+        env_file.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
     return env_file
 
 
@@ -647,7 +722,7 @@ def cmd_up(args: argparse.Namespace) -> None:
         pg = Postgres()
         if not args.no_postgres:
             pg.up()
-        cluster = KafkaCluster(MAIN_CLUSTER, args.brokers, MAIN_KAFKA_PORT)
+        cluster = KafkaCluster(MAIN_CLUSTER, args.brokers, MAIN_KAFKA_PORT, secure=args.secure)
         cluster.up()
         env_file = write_env(cluster, pg)
         log(f"stack is up; settings in {env_file}")
@@ -691,7 +766,7 @@ def cmd_status(_: argparse.Namespace) -> None:
 
 def cmd_kafka_up(args: argparse.Namespace) -> None:
     with stack_lock():
-        KafkaCluster(args.cluster, args.brokers, args.port).up()
+        KafkaCluster(args.cluster, args.brokers, args.port, secure=args.secure).up()
 
 
 def cmd_kafka_down(args: argparse.Namespace) -> None:
@@ -699,6 +774,8 @@ def cmd_kafka_down(args: argparse.Namespace) -> None:
         cluster = KafkaCluster.load(args.cluster)
         if cluster is not None:
             cluster.down()
+            if args.remove:
+                shutil.rmtree(cluster.home, ignore_errors=True)
 
 
 def _cluster(name: str) -> KafkaCluster:
@@ -744,6 +821,8 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="start PostgreSQL and the Kafka cluster, wait until they answer")
     up.add_argument("--brokers", type=int, default=int(os.environ.get("BROKERS", "1")), choices=[1, 3])
     up.add_argument("--no-spark-jars", action="store_true", help="skip resolving the Spark connector jars")
+    up.add_argument("--secure", action="store_true",
+                    help="SASL_SSL (SCRAM-SHA-512), TLS made per run, ACLs; client settings in .run/stack.env")
     up.add_argument("--no-postgres", action="store_true", help="start only Kafka (the demo's outbox is SQLite)")
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop every process the stack started").set_defaults(func=cmd_down)
@@ -752,9 +831,11 @@ def main(argv: list[str] | None = None) -> int:
     kup.add_argument("--cluster", required=True)
     kup.add_argument("--brokers", type=int, default=3)
     kup.add_argument("--port", type=int, required=True)
+    kup.add_argument("--secure", action="store_true", help="SASL_SSL, TLS and ACLs (see --help of up)")
     kup.set_defaults(func=cmd_kafka_up)
     kdown = sub.add_parser("kafka-down", help="stop a named Kafka cluster")
     kdown.add_argument("--cluster", required=True)
+    kdown.add_argument("--remove", action="store_true", help="also delete its data, keys and passwords")
     kdown.set_defaults(func=cmd_kafka_down)
     bstop = sub.add_parser("broker-stop", help="stop one broker of a cluster (SIGTERM, or SIGKILL with --kill)")
     bstop.add_argument("--cluster", default=MAIN_CLUSTER)

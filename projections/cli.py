@@ -2,7 +2,9 @@
 
 Settings come from flags, then environment variables, then a TOML file (`--config` or
 PROJECTIONS_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration,
-3 unknown projection, 5 refused (nothing changed); `doctor` exits 1 when a check failed.
+3 unknown projection, 5 refused (nothing changed); `doctor` exits 1 when a check failed. When Kafka
+refuses the projection's principal, `run` and `replay` stop before Spark starts: 7 wrong password or
+unknown user, 8 the brokers' TLS certificate is not trusted (as for the bridge).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 from typing import Any
 
 from bridge.errors import ConfigurationError, OutboxError
+from bridge.kafka.access import KafkaAccessError
 from projections.errors import RefusedError, UnknownProjectionError
 
 log = logging.getLogger("projections.cli")
@@ -186,6 +189,17 @@ def _locked(lake: Any, name: str) -> Any:
     return lock
 
 
+def _check_kafka(settings: Any) -> None:
+    """Refused credentials or an untrusted certificate: one clear error now (KafkaAccessError), not Spark's
+    exception after its start, nor a consumer retrying; unreachable brokers are left to the source's retries."""
+    from bridge.kafka.access import check_connection
+    from projections.kafka_clients import consumer_conf
+
+    conf = consumer_conf(settings, "unused")
+    conf.pop("group.id")
+    check_connection(conf)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from projections import runner
     from projections.lake import Lake
@@ -194,6 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     projection = _catalog(settings).get(args.name)
     projection.source_option(settings.topic_template)  # a bad template fails before Spark starts
     log.info("effective settings", extra={"projection": projection.name, "settings": settings.masked()})
+    _check_kafka(settings)
     with _locked(Lake(settings.lake), projection.name):
         spark = _session(f"projection-{projection.name}")
         metrics, server = _serve_metrics(spark, settings, projection.name)
@@ -226,6 +241,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     start_kind, _ = replay.parse_from_offset(args.from_offset)  # a malformed value fails before Kafka
+    _check_kafka(settings)
     refuse_partial_rebuild(
         projection,
         start_kind,
@@ -310,7 +326,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "progress": None if progress is None else json.loads(progress.to_json()),
     }
     if args.lag and progress is not None:
-        report["lag"] = _kafka_lag(settings.bootstrap_servers, progress.offsets)
+        report["lag"] = _kafka_lag(settings, projection.name, progress.offsets)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
         return 0
@@ -363,13 +379,14 @@ def _local(lake: Any) -> bool:
     return bool(is_local(lake.root))
 
 
-def _kafka_lag(bootstrap: str, offsets: dict[str, dict[str, int]]) -> dict[str, Any]:
+def _kafka_lag(settings: Any, name: str, offsets: dict[str, dict[str, int]]) -> dict[str, Any]:
     """Records in Kafka beyond the recorded offsets, per topic: how far the table is from the stream's end."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "outbox-projections-status", "enable.auto.commit": False}
-    )
+    from projections.kafka_clients import consumer_conf, group_prefix
+
+    bootstrap = settings.bootstrap_servers
+    consumer = Consumer(consumer_conf(settings, f"{group_prefix(name)}status") | {"enable.auto.commit": False})
     lag: dict[str, Any] = {}
     try:
         for topic, partitions in offsets.items():
@@ -495,6 +512,10 @@ def main(argv: list[str] | None = None) -> int:
     except RefusedError as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    except KafkaAccessError as exc:
+        log.error("Kafka refused the projection; stopping", extra={"error": str(exc), "exit_code": exc.exit_code})
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except ConfigurationError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE

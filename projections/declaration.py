@@ -69,6 +69,7 @@ MANAGED_SOURCE_OPTIONS: Final = frozenset(
         "includeHeaders",
         "maxOffsetsPerTrigger",
         "kafka.group.id",
+        "groupIdPrefix",
     }
 )
 

@@ -26,26 +26,17 @@ from bridge.doctor import render as render_checks
 from bridge.errors import OutboxError
 from bridge.kafka.reachability import quiet_client_settings
 from projections.declaration import Projection
+from projections.kafka_clients import consumer_conf
 from projections.lake import Lake, is_local, local_path
 from projections.progress import read_progress
 from projections.settings import Settings
 
-_JAAS_CREDENTIALS: Final = re.compile(r'username\s*=\s*"([^"]*)".*?password\s*=\s*"([^"]*)"', re.DOTALL)
-
 
 def kafka_client_settings(settings: Settings) -> dict[str, Any]:
-    """librdkafka settings from the projection's Spark Kafka options (`kafka.*`): the security protocol,
-    the SASL mechanism and, from a JAAS line, the user name and password."""
-    options = {k.removeprefix("kafka."): v for k, v in settings.kafka.items()}
-    conf: dict[str, Any] = {"bootstrap.servers": settings.bootstrap_servers}
-    for key in ("security.protocol", "sasl.mechanism", "ssl.ca.location"):
-        if key in options:
-            conf[key] = options[key]
-    if "ssl.truststore.location" in options and options["ssl.truststore.location"].endswith((".pem", ".crt")):
-        conf["ssl.ca.location"] = options["ssl.truststore.location"]
-    credentials = _JAAS_CREDENTIALS.search(options.get("sasl.jaas.config", ""))
-    if credentials:
-        conf["sasl.username"], conf["sasl.password"] = credentials.groups()
+    """librdkafka settings for the projection's cluster: the same as replay's consumer
+    (`projections.kafka_clients.consumer_conf`), without a group."""
+    conf = consumer_conf(settings, "unused")
+    conf.pop("group.id")
     return conf
 
 

@@ -118,19 +118,15 @@ def _check_offsets_json(parsed: Any, text: str) -> dict[str, dict[str, int]]:
 # ------------------------------------------------------------------------------------- Kafka lookups
 
 
-def _consumer(settings: Settings) -> Consumer:
+def _consumer(settings: Settings, projection: Projection) -> Consumer:
+    """A consumer for offset lookups, connecting as the projection's source does (security included), in a
+    group under the projection's own prefix (its ACLs allow no other)."""
     from confluent_kafka import Consumer
 
-    config: dict[str, Any] = {
-        "bootstrap.servers": settings.bootstrap_servers,
-        "group.id": f"outbox-projections-replay-{uuid.uuid4().hex[:8]}",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-    }
-    # The Spark source's settings that librdkafka understands under the same names.
-    for name in ("security.protocol", "sasl.mechanism", "ssl.ca.location"):
-        if f"kafka.{name}" in settings.kafka:
-            config[name] = settings.kafka[f"kafka.{name}"]
+    from projections.kafka_clients import consumer_conf, group_prefix
+
+    config = consumer_conf(settings, f"{group_prefix(projection.name)}replay-{uuid.uuid4().hex[:8]}")
+    config |= {"enable.auto.commit": False, "enable.partition.eof": True}
     return Consumer(config)
 
 
@@ -235,7 +231,7 @@ def resolve(spec: str, projection: Projection, settings: Settings) -> StartingPo
     kind, value = parse_from_offset(spec)
     if kind in ("earliest", "latest"):
         return StartingPoint(spec, kind, value)
-    consumer = _consumer(settings)
+    consumer = _consumer(settings, projection)
     try:
         partitions = _partitions(consumer, projection, settings)
         offsets: dict[str, dict[str, int]] = {}

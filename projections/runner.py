@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from projections.applier import BatchApplier
 from projections.declaration import Projection, ResolvedPayload
 from projections.errors import ProjectionError
+from projections.kafka_clients import group_prefix, source_options
 from projections.kinds.base import ensure_table
 from projections.lake import Lake
 from projections.settings import Settings
@@ -64,7 +65,9 @@ def start(
         .option("startingOffsets", settings.starting_offsets)
         .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
         .option("includeHeaders", "true")
-        .options(**settings.kafka)
+        # Its consumer groups under the projection's own prefix, which its ACLs name (bridge.kafka.acls).
+        .option("groupIdPrefix", group_prefix(projection.name).rstrip("-"))
+        .options(**source_options(settings))
         .options(**projection.options)
     )
     if settings.max_offsets_per_trigger is not None:

@@ -15,6 +15,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
+from pydantic import SecretStr
+
 from bridge.errors import ConfigurationError
 
 CONFIG_FILE_ENV: Final = "PROJECTIONS_CONFIG_FILE"
@@ -30,6 +32,11 @@ ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType(
         "metrics_port": "PROJECTIONS_METRICS_PORT",
         "metrics_host": "PROJECTIONS_METRICS_HOST",
         "modules": "PROJECTIONS_MODULES",
+        "security_protocol": "KAFKA_SECURITY_PROTOCOL",
+        "sasl_mechanism": "KAFKA_SASL_MECHANISM",
+        "sasl_username": "KAFKA_SASL_USERNAME",
+        "sasl_password": "KAFKA_SASL_PASSWORD",
+        "ssl_ca_location": "KAFKA_SSL_CA_LOCATION",
     }
 )
 _SECRET_WORDS: Final = ("password", "secret", "jaas", "token", "key")
@@ -52,9 +59,26 @@ class Settings:
     metrics_host: str = "127.0.0.1"
     modules: tuple[str, ...] = ()
     kafka: Mapping[str, str] = field(default_factory=dict)
+    # How the source and replay's consumer connect (the bridge's names); see projections.kafka_clients.
+    security_protocol: str | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_ca_location: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kafka", MappingProxyType(dict(self.kafka)))
+        if isinstance(self.sasl_password, str):
+            object.__setattr__(self, "sasl_password", SecretStr(self.sasl_password))
+        if (self.sasl_username is None) != (self.sasl_password is None):
+            raise ConfigurationError(
+                "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD go together; give both, or neither"
+            )
+        if self.ssl_ca_location is not None and not Path(self.ssl_ca_location).expanduser().is_file():
+            raise ConfigurationError(
+                f"KAFKA_SSL_CA_LOCATION={self.ssl_ca_location}: no such file; give the PEM file of the CA that "
+                "signed the brokers' certificates"
+            )
         if not self.bootstrap_servers:
             raise ConfigurationError("KAFKA_BOOTSTRAP_SERVERS is empty; give host:port[,host:port...]")
         if self.starting_offsets not in ("earliest", "latest") and not self.starting_offsets.startswith("{"):
@@ -85,6 +109,8 @@ class Settings:
             k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else v) for k, v in self.kafka.items()
         }
         values["modules"] = list(self.modules)
+        if self.sasl_password is not None:
+            values["sasl_password"] = "***"
         return values
 
 
@@ -153,6 +179,8 @@ def _convert(name: str, value: Any, origin: str) -> Any:
             if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
                 raise ValueError(value)
             return lowered in ("1", "true", "yes", "on")
+        if kind == "SecretStr | None":
+            return SecretStr(str(value))
         if kind == "tuple[str, ...]":
             items = value if isinstance(value, list | tuple) else str(value).split(",")
             return tuple(str(i).strip() for i in items if str(i).strip())

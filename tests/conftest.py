@@ -23,6 +23,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LOCALSTACK = ROOT / "ops" / "localstack.py"
 KAFKA3_PORT = int(os.environ.get("OUTBOX_KAFKA3_PORT", "29092"))
+# Below the ephemeral range, apart from the others (controller 100 above).
+KSECURE_PORT = int(os.environ.get("OUTBOX_KSECURE_PORT", "27092"))
+RUN_DIR = Path(os.environ.get("OUTBOX_RUN_DIR", ROOT / ".run")).resolve()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -207,6 +210,27 @@ def kafka_cluster3() -> Iterator[LocalKafkaCluster]:
     cluster.start_all()
     yield cluster
     cluster.start_all()  # leave it whole for the next test session
+
+
+@pytest.fixture(scope="session")
+def kafka_secure() -> Iterator[object]:
+    """A one-broker SASL_SSL (SCRAM-SHA-512) cluster with ACLs, its CA and passwords made for this session;
+    stopped and removed at the end. Tests make their own users and ACLs (`tests.securekafka.SecureKafka`)."""
+    from tests.securekafka import SecureKafka, User, read_env_file
+
+    name = "ksecure"
+    run_stack("kafka-down", "--cluster", name, "--remove")  # a left-over from an interrupted session
+    run_stack("kafka-up", "--cluster", name, "--brokers", "1", "--port", str(KSECURE_PORT), "--secure")
+    try:
+        env = read_env_file(RUN_DIR / name / "client.env")
+        yield SecureKafka(
+            bootstrap=env["KAFKA_BOOTSTRAP_SERVERS"],
+            ca=Path(env["KAFKA_SSL_CA_LOCATION"]),
+            admin_user=User(env["KAFKA_ADMIN_USERNAME"], env["KAFKA_ADMIN_PASSWORD"]),
+            name=name,
+        )
+    finally:
+        run_stack("kafka-down", "--cluster", name, "--remove")
 
 
 # ------------------------------------------------------------------------------------------- databases

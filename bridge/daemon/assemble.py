@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from bridge.config import BridgeConfig
 from bridge.daemon.loop import BridgeDaemon, OnDelivery
 from bridge.daemon.poison import producer_limit
+from bridge.kafka.access import check_connection
 from bridge.kafka.publisher import KafkaPublisher, Publisher
 from bridge.kafka.topics import TopicChecker, TopicGuard, TopicPolicy
 from bridge.metrics import BridgeMetrics
@@ -53,10 +54,16 @@ def build_daemon(
     engine = engine or make_engine(database.url_text)
     conf = config.producer.as_librdkafka_dict()  # refuses unsafe extras now, before anything starts
     make_publisher = publisher_factory or KafkaPublisher
+    client_conf = config.kafka.client_conf()
     guard = topic_guard or TopicGuard(
-        topics.bootstrap_servers,
+        client_conf,
         TopicPolicy(topics.partitions, topics.replication_factor, topics.allow_single_broker),
     )
+
+    def check_kafka() -> None:
+        # Needs a real cluster: not when tests give an in-memory publisher.
+        if publisher_factory is None:
+            check_connection(client_conf)
 
     def check_outbox() -> None:
         """Refuse to lead an outbox that was never migrated, or whose seq path no longer takes the horizon
@@ -93,4 +100,7 @@ def build_daemon(
         metrics=metrics,
         instance_id=instance_id,
         on_exit=engine.dispose,
+        check_kafka=check_kafka,
+        # For the refusal messages (principal, bootstrap, CA): no need to hold the password there.
+        kafka_conf={k: v for k, v in client_conf.items() if k != "sasl.password"},
     )

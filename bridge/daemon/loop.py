@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from types import FrameType
+from types import FrameType, MappingProxyType
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -44,7 +45,8 @@ from bridge.errors import (
     TopicSafetyError,
     TransientStoreError,
 )
-from bridge.kafka.publisher import CLOSE_TIMEOUT_S, Publisher
+from bridge.kafka.access import AUTHORIZATION_CODES, KafkaAccessError, access_error, denied
+from bridge.kafka.publisher import CLOSE_TIMEOUT_S, DeliveryFailure, Publisher
 from bridge.kafka.topics import TopicChecker
 from bridge.metrics import BridgeMetrics
 from bridge.store.invariants import OutboxDamagedError
@@ -75,6 +77,7 @@ RECORD_REFUSED = frozenset({
     KafkaError.INVALID_MSG,
     KafkaError.INVALID_MSG_SIZE,
 })
+_PRODUCE_REQUEST_TOPIC = re.compile(r"ProduceRequest for (\S+) \[")
 #: A transaction holding the horizon back this long is worth a warning; shorter ones are ordinary commits.
 LONG_TRANSACTION_S = 10.0
 #: How long a rewind waits for in-flight acks before it discards the producer.
@@ -123,6 +126,8 @@ class BridgeDaemon:
         metrics: BridgeMetrics | None = None,
         instance_id: str | None = None,
         on_exit: Callable[[], None] = _nothing,
+        check_kafka: Callable[[], None] = _nothing,
+        kafka_conf: Mapping[str, Any] = MappingProxyType({}),
     ) -> None:
         self.settings = settings
         self.metrics = metrics or BridgeMetrics()
@@ -133,7 +138,10 @@ class BridgeDaemon:
         self._make_publisher = new_publisher
         self._check_outbox = check_outbox
         self._on_exit = on_exit
+        self._check_kafka = check_kafka
+        self._kafka_conf = kafka_conf
         self._refusals = Refusals()
+        self._denied: KafkaAccessError | None = None  # a Write the ACLs refused: stop, do not rebuild
         self._gate = PoisonGate(topics, settings.poison_policy, topic_guard, self.metrics, self._refusals,
                                 producer_limit)
         self._settled = SettledHoles()
@@ -188,6 +196,8 @@ class BridgeDaemon:
                 try:
                     if not checked:
                         self._check_outbox()
+                        # Refused Kafka credentials or certificate stop here, before the lease (KafkaAccessError).
+                        self._check_kafka()
                         checked = True
                     lease = self.leadership.acquire(self._stop, standing_by=self._ready)
                     if lease is None:
@@ -224,6 +234,8 @@ class BridgeDaemon:
                     log.error("the outbox database is not migrated; run `outbox-bridge migrate`",
                               extra={"error": str(exc)})
                     return EXIT_NOT_MIGRATED
+                except KafkaAccessError as exc:
+                    return self._access_refused(exc)
             return EXIT_OK
         finally:
             self._ready.clear()
@@ -253,6 +265,9 @@ class BridgeDaemon:
                 publisher.poll(0)
                 self._flush_published()
                 if publisher.failure is not None:
+                    refused = self._refused(publisher.failure)
+                    if refused is not None:
+                        return self._shutdown(tracker, publisher, reader, self._access_refused(refused))
                     publisher = self._rebuild(publisher, tracker, reader)
                     continue
                 # Checkpoint before reading: a process that was paused past its lease finds out here,
@@ -280,6 +295,8 @@ class BridgeDaemon:
                         self.last_error = str(exc)
                         log.error("unsafe topic; stopping", extra={"error": str(exc)})
                         return self._shutdown(tracker, publisher, reader, EXIT_UNSAFE)
+                    except KafkaAccessError as exc:
+                        return self._shutdown(tracker, publisher, reader, self._access_refused(exc))
                 if read_any:
                     idle_wait = idle_min
                     continue
@@ -329,6 +346,38 @@ class BridgeDaemon:
 
     def _new_publisher(self) -> Publisher:
         return self._make_publisher(self._on_delivery)
+
+    def _refused(self, failure: DeliveryFailure) -> KafkaAccessError | None:
+        """The access error a failed delivery means (no ACL, credentials or certificate refused), if any:
+        re-sending would fail the same way, so the loop stops instead of rebuilding."""
+        if self._denied is not None:
+            return self._denied
+        conf = self._kafka_conf
+        reason = failure.reason.lower()
+        if "cluster authorization failed" in reason:
+            failure = DeliveryFailure(failure.seq, KafkaError.CLUSTER_AUTHORIZATION_FAILED, failure.reason, True)
+        elif "topic authorization failed" in reason:
+            # With enable.gapless.guarantee a refused produce request comes first as a fatal gap-less error
+            # naming the request's topic, before the records' own reports.
+            named = _PRODUCE_REQUEST_TOPIC.search(failure.reason)
+            topic = named.group(1) if named else "the bridge's topics"
+            return denied(conf, "Write", f"topic {topic}", "TOPIC_AUTHORIZATION_FAILED")
+        if failure.code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+            # The idempotent producer's id: Kafka grants it to a principal that may write some topic.
+            return denied(conf, "IdempotentWrite", "cluster (the idempotent producer's id; granted with Write on "
+                          "any topic)", KafkaError(failure.code).name())
+        if failure.code in AUTHORIZATION_CODES:
+            sent = self._sent.get(failure.seq) if failure.seq is not None else None
+            topic = sent.topic if sent is not None else "the bridge's topics"
+            return denied(conf, "Write", f"topic {topic}", KafkaError(failure.code).name())
+        return access_error(KafkaError(failure.code, failure.reason), conf)
+
+    def _access_refused(self, exc: KafkaAccessError) -> int:
+        self.last_error = str(exc)
+        self.metrics.publish_errors.labels(kind=type(exc).__name__).inc()
+        log.error("Kafka refused the bridge; stopping (retrying cannot fix this)",
+                  extra={"error": str(exc), "exit_code": exc.exit_code})
+        return exc.exit_code
 
     def _rebuild(self, publisher: Publisher, tracker: AckTracker, reader: OutboxReader) -> Publisher:
         failure = publisher.failure
@@ -441,6 +490,10 @@ class BridgeDaemon:
             return
         if err is not None:
             self.metrics.publish_errors.labels(kind=err.name()).inc()
+            if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and self._denied is None:
+                sent = self._sent.get(seq)
+                topic = sent.topic if sent is not None else "the bridge's topics"
+                self._denied = denied(self._kafka_conf, "Write", f"topic {topic}", err.name())
             if err.code() in RECORD_REFUSED:
                 self._refusals.refused(seq, f"{err.name()}: {err.str()}")
                 sent = self._sent.get(seq)

@@ -163,6 +163,8 @@ class ProducerConfig(Protocol):
     @property
     def bootstrap_servers(self) -> str: ...
     @property
+    def client_security(self) -> Mapping[str, Any]: ...
+    @property
     def linger_ms(self) -> int: ...
     @property
     def batch_size(self) -> int: ...
@@ -187,8 +189,13 @@ def default_client_id(config: ProducerConfig) -> str:
 
 def safe_base(config: ProducerConfig, client_id: str | None = None) -> dict[str, Any]:
     """The settings the bridge always sets, from the typed configuration, before extras."""
+    security = {
+        key: value.get_secret_value() if isinstance(value, SecretStr) else value
+        for key, value in config.client_security.items()
+    }
     return {
         "bootstrap.servers": config.bootstrap_servers,
+        **security,
         "client.id": client_id or default_client_id(config),
         "enable.idempotence": True,
         # On: when the broker refuses a batch for good (MSG_SIZE_TOO_LARGE, RECORD_LIST_TOO_LARGE, ...),

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from bridge.kafka.access import AUTHORIZATION_CODES, is_authentication_failure, is_certificate_failure
 from bridge.kafka.reachability import quiet_client_settings, reachability
 from bridge.records import KafkaRecord
 
@@ -81,6 +82,12 @@ class KafkaPublisher:
     def _on_error(self, err: KafkaError) -> None:
         # Broker down, all brokers down, timeouts: librdkafka keeps retrying within delivery.timeout.ms.
         # A fatal error never comes here: confluent-kafka raises it from poll and flush instead (`_serve`).
+        if is_authentication_failure(err) or is_certificate_failure(err):
+            # Refused credentials or certificate (a rotated password, say): retrying cannot fix it, and
+            # librdkafka would reconnect every few dozen milliseconds. The daemon stops on this failure.
+            if self.failure is None:
+                self.failure = DeliveryFailure(None, err.code(), err.str(), fatal=True)
+            return
         # Unreachable brokers are reported once in a while, not at every reconnect (`reachability`).
         if not self._reachability.error(err):
             log.warning("producer error, retrying", extra={"error": err.str(), "code": err.name()})
@@ -129,7 +136,10 @@ class KafkaPublisher:
             raise exc
         if self.failure is None or not self.failure.fatal:
             self.failure = DeliveryFailure(None, err.code(), err.str(), fatal=True)
-        log.error("fatal producer error", extra={"error": err.str(), "code": err.name()})
+        # A refusal by the ACLs is the daemon's to report, once, naming what to grant.
+        refused = err.code() in AUTHORIZATION_CODES or "authorization failed" in err.str().lower()
+        level = logging.WARNING if refused else logging.ERROR
+        log.log(level, "fatal producer error", extra={"error": err.str(), "code": err.name()})
 
     def poll(self, timeout: float) -> int:
         return self._serve(self._producer.poll, timeout)

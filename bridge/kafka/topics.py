@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -19,6 +20,7 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.cimpl import NewTopic
 
 from bridge.errors import TopicSafetyError
+from bridge.kafka.access import AUTHORIZATION_CODES, KafkaAccessError, access_error, denied
 from bridge.kafka.reachability import quiet_client_settings
 
 log = logging.getLogger("bridge.kafka.topics")
@@ -70,8 +72,10 @@ class TopicChecker(Protocol):
 class TopicGuard:
     """Checks, creates and (where safe) fixes the bridge's topics through the admin API."""
 
-    def __init__(self, bootstrap_servers: str, policy: TopicPolicy, timeout: float = 30.0) -> None:
-        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, **quiet_client_settings(bootstrap_servers)})
+    def __init__(self, client_conf: Mapping[str, Any], policy: TopicPolicy, timeout: float = 30.0) -> None:
+        """`client_conf`: bootstrap servers and security settings (`BridgeConfig.kafka.client_conf()`)."""
+        self._conf = dict(client_conf)
+        self._admin = AdminClient({**self._conf, **quiet_client_settings(str(self._conf["bootstrap.servers"]))})
         self._policy = policy
         self._timeout = timeout
 
@@ -85,15 +89,23 @@ class TopicGuard:
             self._admin.poll(0)  # serve the client's log (`quiet_client_settings`), so it never piles up
 
     def _check(self, topic: str) -> TopicReport:
-        metadata = self._admin.list_topics(topic=topic, timeout=self._timeout)
+        try:
+            metadata = self._admin.list_topics(topic=topic, timeout=self._timeout)
+        except KafkaException as exc:
+            raise self._refused(exc, "Describe", topic) from exc
         brokers = len(metadata.brokers)
         described = metadata.topics.get(topic)
+        if described is not None and described.error is not None and described.error.code() in AUTHORIZATION_CODES:
+            raise denied(self._conf, "Describe", f"topic {topic}", described.error.name())
         if described is None or described.error is not None:
             return TopicReport(topic, exists=False, problems=[f"topic {topic} does not exist"])
         partitions = described.partitions
         rf = min(len(p.replicas) for p in partitions.values()) if partitions else 0
         resource = ConfigResource("topic", topic)
-        config = next(iter(self._admin.describe_configs([resource]).values())).result(self._timeout)
+        try:
+            config = next(iter(self._admin.describe_configs([resource]).values())).result(self._timeout)
+        except KafkaException as exc:
+            raise self._refused(exc, "DescribeConfigs", topic) from exc
         report = TopicReport(
             topic,
             exists=True,
@@ -153,9 +165,25 @@ class TopicGuard:
         try:
             self._admin.create_topics([new])[topic].result(self._timeout)
         except KafkaException as exc:
+            if exc.args[0].code() in AUTHORIZATION_CODES:
+                refused = denied(self._conf, "Create", f"topic {topic}", exc.args[0].name())
+                raise type(refused)(
+                    f"{refused} Or, as the bridge should not create topics: run `outbox-bridge topics ensure` as "
+                    "an admin principal and set BRIDGE_ALLOW_CREATE_TOPICS=false"
+                ) from exc
             if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
                 raise
         log.info("created topic", extra={"topic": topic, "partitions": self._policy.partitions, "rf": rf})
+
+    def _refused(self, exc: KafkaException, operation: str, topic: str) -> Exception:
+        """The access error `exc` means (denied, bad credentials, untrusted certificate), else `exc` itself."""
+        err = exc.args[0] if exc.args else None
+        if not isinstance(err, KafkaError):
+            return exc
+        if err.code() in AUTHORIZATION_CODES:
+            return denied(self._conf, operation, f"topic {topic}", err.name())
+        refused: KafkaAccessError | None = access_error(err, self._conf)
+        return refused or exc
 
     def fix(self, report: TopicReport) -> list[str]:
         """Set min.insync.replicas and unclean leader election where wrong; return what is left unfixed."""
