@@ -398,10 +398,10 @@ class BridgeDoctor:
         return checks
 
     def _acls(self) -> list[Check]:
-        principal = self.config.producer_extra.get("sasl.username")
+        user = self.config.kafka.security.get("sasl.username")
         findings = bridge_acl_findings(self._admin_client(), self._found.topics,
                                        may_create=self.config.allow_create_topics, timeout=self.kafka_timeout_s,
-                                       principal=None if principal is None else str(principal))
+                                       principal=None if user is None else str(user))
         return [_acl_check(finding) for finding in findings]
 
 
@@ -419,7 +419,8 @@ def _fix_for(name: str) -> str:
         "database": "check OUTBOX_DB_URL (host, port, database, user, password), that the server runs and that this "
                     "host reaches it",
         "kafka": "check that the brokers are running, that KAFKA_BOOTSTRAP_SERVERS names them (locally, `make up` "
-                 "starts them) and the security settings in BRIDGE_PRODUCER_EXTRA",
+                 "starts them) and the security settings (KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*, "
+                 "KAFKA_SSL_CA_LOCATION)",
     }.get(name, "see the error; `outbox-bridge status` and the bridge's log tell more")
 
 

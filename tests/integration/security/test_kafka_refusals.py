@@ -135,3 +135,35 @@ def test_a_projection_with_a_wrong_password_stops_before_spark_with_exit_7(kafka
     assert f"User:{user.name}" in result.stderr and "KAFKA_SASL_PASSWORD" in result.stderr
     assert "not-the-password" not in result.stdout + result.stderr
     assert "SparkSession" not in result.stderr and time.monotonic() - started < 20  # Spark never started
+
+
+def test_doctor_names_a_missing_acl_with_the_kafka_acls_fix_and_passes_once_it_is_granted(
+    kafka_secure: SecureKafka, sqlite_url: str, tmp_path: Path
+) -> None:
+    aggregate = f"doc{uuid.uuid4().hex[:6]}"
+    topic = f"outbox.event.{aggregate}"
+    admin = kafka_secure.admin()  # held: a client dropped at once cancels its requests
+    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
+    user = kafka_secure.new_user("bridge")
+    name = f"b-{uuid.uuid4().hex[:8]}"
+    everything = bridge_bindings(user.principal, topic_prefix=topic, dlq_topic=f"outbox.dlq.{name}")
+    kafka_secure.grant([b for b in everything if not (b.name == topic and b.operation == AclOperation.WRITE)])
+    _outbox(sqlite_url, aggregate)
+    env = _bridge_env(sqlite_url, kafka_secure, user, name)
+    doctor = [str(Path(sys.executable).with_name("outbox-bridge")), "doctor", "--json"]
+
+    def acls() -> tuple[int, list[dict[str, str]]]:
+        result = subprocess.run(doctor, env=env, capture_output=True, text=True, timeout=120, check=False)
+        report = json.loads(result.stdout)
+        return result.returncode, [c for c in report["checks"] if c["name"] == "acls"]
+
+    code, checks = acls()
+    assert code == 1, checks
+    [failed] = [c for c in checks if c["verdict"] == "failed"]
+    assert topic in failed["summary"] and "write" in failed["summary"].lower()
+    assert f"--allow-principal User:{user.name} --operation Write --topic {topic}" in (failed["fix"] or "")
+
+    kafka_secure.grant(everything)
+    code, checks = acls()
+    assert {c["verdict"] for c in checks} == {"ok"}, checks
+    assert any(topic in c["summary"] for c in checks)

@@ -1,7 +1,9 @@
-"""The whole pipeline on a secured cluster: writer -> bridge -> Kafka (SASL_SSL, SCRAM, ACLs) -> projection
-(real Spark, Delta), the bridge and the projection each as its own least-privileged principal, `topics
-ensure` as the admin; the table is exact. Then no password is found anywhere the processes wrote: logs,
-`status --json`, `/metrics`, error messages, the replay's record.
+"""The whole pipeline secured end to end: writer -> PostgreSQL (verified TLS) -> bridge -> Kafka (SASL_SSL,
+SCRAM, ACLs) -> projection (real Spark, Delta). The writer and the bridge log in to PostgreSQL with the
+least-privilege roles of `outbox-bridge grants`, over `sslmode=verify-full`; the bridge and the projection
+are each their own least-privileged Kafka principal, `topics ensure` runs as the admin; the table is exact.
+Then no password (Kafka's or the database's) is found anywhere the processes wrote: logs, `status --json`,
+`/metrics`, error messages, the replay's record.
 
 One pipeline run (module fixture) serves both tests: Spark starts twice in it (run, then replay).
 """
@@ -30,8 +32,9 @@ from bridge.kafka.access import EXIT_AUTHENTICATION, EXIT_DENIED
 from bridge.kafka.acls import bridge_bindings, projection_bindings, projection_group_prefix
 from bridge.migrate import upgrade
 from projections.examples import orders_current
+from tests.conftest import LocalPostgres
 from tests.securekafka import SecureKafka
-from tests.support import persisted_watermark, spawn_bridge, wait_until
+from tests.support import Roles, least_privilege_roles, persisted_watermark, spawn_bridge, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS = Path(sys.executable).parent
@@ -87,6 +90,7 @@ class PipelineRun:
     live: dict[str, tuple[str, Decimal, str]] = field(default_factory=dict)
     cancelled: set[str] = field(default_factory=set)
     texts: dict[str, str] = field(default_factory=dict)  # what -> its text
+    bridge_db_sessions: list[tuple[str, bool]] = field(default_factory=list)  # (login, encrypted)
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str, run: PipelineRun,
@@ -99,23 +103,26 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str, run: Pi
 
 
 @pytest.fixture(scope="module")
-def pipeline(kafka_secure: SecureKafka, pg_admin_url: str, spark: Any, spark_jars_dir: Path,
+def pipeline(kafka_secure: SecureKafka, local_pg: LocalPostgres, spark: Any, spark_jars_dir: Path,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[PipelineRun]:
     work = tmp_path_factory.mktemp("secured-pipeline")
     database = f"t_{uuid.uuid4().hex[:12]}"
-    admin_engine = create_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
+    admin_engine = create_engine(local_pg.admin_url, isolation_level="AUTOCOMMIT")
     with admin_engine.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{database}"'))
-    db_url = make_url(pg_admin_url).set(database=database).render_as_string(hide_password=False)
+    db_url = make_url(local_pg.admin_url).set(database=database).render_as_string(hide_password=False)
     try:
-        yield _pipeline(kafka_secure, db_url, spark, spark_jars_dir, work)
+        upgrade(db_url)  # the DBA migrates, then grants the roles
+        with least_privilege_roles(db_url) as roles:
+            yield _pipeline(kafka_secure, local_pg, roles, spark, spark_jars_dir, work)
     finally:
         with admin_engine.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
         admin_engine.dispose()
 
 
-def _pipeline(kafka: SecureKafka, db_url: str, spark: Any, jars: Path, work: Path) -> PipelineRun:
+def _pipeline(kafka: SecureKafka, pg: LocalPostgres, roles: Roles, spark: Any, jars: Path,
+              work: Path) -> PipelineRun:
     bridge_name = f"sec-{uuid.uuid4().hex[:6]}"
     bridge_user = kafka.new_user("bridge")
     kafka.grant(bridge_bindings(bridge_user.principal, topic_prefix="outbox.event.",
@@ -126,19 +133,22 @@ def _pipeline(kafka: SecureKafka, db_url: str, spark: Any, jars: Path, work: Pat
     rows, live, cancelled = _events()
     run = PipelineRun(
         passwords={"admin": kafka.admin_user.password, "bridge": bridge_user.password,
-                   "projection": projection_user.password},
+                   "projection": projection_user.password,
+                   **{f"database login {login}": password for login, password in roles.passwords.items()}},
         expected_live=live, expected_cancelled=cancelled,
     )
 
-    # The application writes the outbox with plain SQL.
-    upgrade(db_url)
-    engine = create_engine(db_url)
+    # The application writes the outbox with plain SQL, as the writer role, over verified TLS.
+    writer_url, bridge_db_url = pg.tls(roles.writer_url), pg.tls(roles.bridge_url)
+    engine = create_engine(writer_url)
     with engine.begin() as conn:
+        assert conn.execute(text("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")).scalar_one()
         conn.execute(text("INSERT INTO domain_events (event_id, aggregate_type, aggregate_id, event_type, payload) "
                           "VALUES (:event_id, :aggregate_type, :aggregate_id, :event_type, :payload)"), rows)
     engine.dispose()
+    db_url = roles.admin_url  # what the test itself reads the watermark with
 
-    bridge_settings = {"OUTBOX_DB_URL": db_url, "BRIDGE_NAME": bridge_name, "BRIDGE_REPLICATION_FACTOR": "1",
+    bridge_settings = {"OUTBOX_DB_URL": bridge_db_url, "BRIDGE_NAME": bridge_name, "BRIDGE_REPLICATION_FACTOR": "1",
                        "BRIDGE_ALLOW_SINGLE_BROKER": "true", "BRIDGE_TOPIC_PARTITIONS": "3"}
     bridge_cli = str(SCRIPTS / "outbox-bridge")
 
@@ -156,6 +166,13 @@ def _pipeline(kafka: SecureKafka, db_url: str, spark: Any, jars: Path, work: Pat
     try:
         wait_until(lambda: persisted_watermark(db_url, bridge_name) == len(rows), 90,
                    f"the bridge to publish {len(rows)} events over SASL_SSL")
+        bridge_login = make_url(roles.bridge_url).username
+        admin = create_engine(db_url)
+        with admin.connect() as conn:
+            run.bridge_db_sessions = [(r[0], bool(r[1])) for r in conn.execute(text(
+                "SELECT a.usename, s.ssl FROM pg_stat_ssl AS s JOIN pg_stat_activity AS a USING (pid) "
+                "WHERE a.usename = :login"), {"login": bridge_login})]
+        admin.dispose()
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
             run.texts["/metrics"] = response.read().decode()
         _run([bridge_cli, "status", "--json"], bridge_env, 60, "status --json", run)
@@ -192,6 +209,8 @@ def _pipeline(kafka: SecureKafka, db_url: str, spark: Any, jars: Path, work: Pat
 
 
 def test_writer_to_delta_over_sasl_ssl_with_least_privileged_principals_is_exact(pipeline: PipelineRun) -> None:
+    assert pipeline.bridge_db_sessions, "the bridge held no database session as its login"
+    assert all(encrypted for _, encrypted in pipeline.bridge_db_sessions), pipeline.bridge_db_sessions
     assert pipeline.live == pipeline.expected_live
     assert pipeline.cancelled == pipeline.expected_cancelled
     assert '"watermark": ' in pipeline.texts["status --json"]
