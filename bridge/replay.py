@@ -21,11 +21,12 @@ from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from bridge.config import BridgeConfig
+from bridge.core.records import OutboxRow
 from bridge.errors import OutboxError, RefusedError
 from bridge.schema import bridge_offsets, bridge_replay_audit, domain_events
 from bridge.store.engine import make_engine
 from bridge.store.offsets import OffsetStore, hold_offsets
-from bridge.store.rows import ROW_COLUMNS, OutboxRow
+from bridge.store.rows import ROW_COLUMNS
 
 console = Console(stderr=True)
 
@@ -182,10 +183,10 @@ def _request_rewind(engine: Engine, config: BridgeConfig, request: ReplayRequest
 
 def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: bool = True) -> dict[str, Any]:
     """Publish a seq range to its topics (or one named topic) without touching the live watermark."""
+    from bridge.core.records import build_record
     from bridge.kafka.access import check_connection
     from bridge.kafka.producer_settings import producer_settings
     from bridge.kafka.publisher import KafkaPublisher
-    from bridge.records import build_record
 
     plan = plan_replay(config, request)
     check_connection(config.kafka.client_conf())  # refused credentials or certificate: one clear error, now

@@ -1,6 +1,6 @@
 """From a row to the record the bridge sends, under the poison policy.
 
-A row becomes its record (`bridge.records.build_record`) with each topic checked, or created, the first
+A row becomes its record (`bridge.core.records.build_record`) with each topic checked, or created, the first
 time it is used. A row that can never be published as it is (too large, unroutable, refused by Kafka
 alone) is poison: under `halt` the gate raises `PoisonEventError` naming it, under `dead-letter` it
 returns the record for the dead-letter topic instead. The gate decides; the loop sends.
@@ -12,12 +12,18 @@ import logging
 from collections.abc import Mapping
 
 from bridge.config import PoisonPolicy, TopicSection
+from bridge.core.records import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    KafkaRecord,
+    OutboxRow,
+    TopicRouter,
+    build_record,
+    dead_letter_record,
+)
 from bridge.core.refusals import Refusals
 from bridge.errors import PoisonEventError
 from bridge.kafka.topics import TopicChecker
 from bridge.metrics import BridgeMetrics
-from bridge.records import DEFAULT_MAX_MESSAGE_BYTES, KafkaRecord, TopicRouter, build_record, dead_letter_record
-from bridge.store.rows import OutboxRow
 
 log = logging.getLogger("bridge.daemon")
 

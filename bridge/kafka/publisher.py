@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from bridge.core.records import KafkaRecord
 from bridge.kafka.access import AUTHORIZATION_CODES, is_authentication_failure, is_certificate_failure
 from bridge.kafka.reachability import quiet_client_settings, reachability
-from bridge.records import KafkaRecord
 
 log = logging.getLogger("bridge.kafka.publisher")
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
+from bridge.core.records import KafkaRecord
 from bridge.kafka.publisher import DeliveryFailure
 from bridge.kafka.topics import TopicReport
-from bridge.records import KafkaRecord
 
 #: The broker's default max.message.bytes plus the record batch overhead, as a real topic reports it.
 DEFAULT_TOPIC_MAX_MESSAGE_BYTES = 1_048_588

@@ -4,15 +4,16 @@
 - `sqlite`, `postgres`, `mssql`: one module per dialect, each a visible-rows read and its horizon;
 - `engine`: the one place engines are built, and the reader for an engine's dialect;
 - `offsets`: the persisted watermark and the lease that fences it (`OffsetStore`), and rewind requests;
-- `rows`: `OutboxRow` and the plain seq-ordered read;
+- `rows`: the plain seq-ordered read of `OutboxRow`s (the row type is pure, in `bridge.core.records`);
 - `failures`: driver errors translated into `StoreError` / `TransientStoreError`.
 
 The hole rule itself is pure logic in `bridge.core.holes`. Writing events is `bridge.writer`; the
 tables are `bridge.schema`; migrations are `bridge.migrate`.
 """
 
+from bridge.core.records import OutboxRow
 from bridge.store.engine import make_engine, make_reader
 from bridge.store.reader import Batch, OutboxReader, VisibleRows
-from bridge.store.rows import OutboxRow, select_after
+from bridge.store.rows import select_after
 
 __all__ = ["Batch", "OutboxReader", "OutboxRow", "VisibleRows", "make_engine", "make_reader", "select_after"]

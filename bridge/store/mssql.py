@@ -32,10 +32,11 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from bridge.core.holes import Horizon
+from bridge.core.records import OutboxRow
 from bridge.schema import MSSQL_TICKETS, domain_events
 from bridge.store.failures import store_error
 from bridge.store.reader import SqlReader, VisibleRows
-from bridge.store.rows import ROW_COLUMNS, OutboxRow
+from bridge.store.rows import ROW_COLUMNS
 
 # rowversion is binary(8); CAST to BIGINT gives its integer value (it never reaches the sign bit).
 LOW: Final = select(cast(literal_column("MIN_ACTIVE_ROWVERSION()"), BigInteger).label("low"))

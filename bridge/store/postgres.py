@@ -22,10 +22,11 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from bridge.core.holes import Horizon
+from bridge.core.records import OutboxRow
 from bridge.schema import NOTIFY_CHANNEL, as_utc, domain_events
 from bridge.store.failures import store_error
 from bridge.store.reader import SqlReader, VisibleRows
-from bridge.store.rows import ROW_COLUMNS, OutboxRow
+from bridge.store.rows import ROW_COLUMNS
 
 log = logging.getLogger("bridge.store.postgres")
 

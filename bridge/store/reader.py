@@ -21,9 +21,10 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from bridge.core.holes import HoleRule, Horizon, SeqRange
+from bridge.core.records import OutboxRow
 from bridge.schema import domain_events
 from bridge.store.failures import store_error
-from bridge.store.rows import OutboxRow, select_after
+from bridge.store.rows import select_after
 
 
 @dataclass(frozen=True, slots=True)

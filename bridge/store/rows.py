@@ -10,7 +10,7 @@ of failing the whole read, over and over, before the policy is ever asked.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
@@ -19,44 +19,9 @@ from sqlalchemy import Select, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from bridge.core.records import OutboxRow
 from bridge.schema import as_utc, domain_events
 from bridge.store.failures import store_error
-
-
-class OutboxRow(NamedTuple):
-    """One `domain_events` row: `payload` is the JSON text exactly as written, `headers` the raw JSON
-    text of the row's own headers (None when absent); parsing them is the publisher's call.
-
-    A named tuple rather than a frozen dataclass: the bridge makes one per event, and a tuple is made
-    several times faster."""
-
-    seq: int
-    event_id: str
-    aggregate_type: str
-    aggregate_id: str
-    event_type: str
-    payload: str
-    headers: str | None
-    occurred_at: datetime
-    schema_version: int
-    #: Why the row as stored cannot be published (its other fields then hold a readable stand-in for
-    #: the dead-letter copy); None for every row read as written.
-    unreadable: str | None = None
-
-    @classmethod
-    def from_mapping(cls, row: Mapping[Any, Any]) -> OutboxRow:
-        return cls(
-            seq=int(row["seq"]),
-            event_id=row["event_id"],
-            aggregate_type=row["aggregate_type"],
-            aggregate_id=row["aggregate_id"],
-            event_type=row["event_type"],
-            payload=row["payload"],
-            headers=row["headers"],
-            occurred_at=row["occurred_at"],
-            schema_version=int(row["schema_version"]),
-        )
-
 
 #: The portable columns, in `OutboxRow` order (every field but `unreadable`).
 ROW_COLUMNS = tuple(domain_events.c[name] for name in OutboxRow._fields if name != "unreadable")

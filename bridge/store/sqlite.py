@@ -15,8 +15,9 @@ from typing import Final
 from sqlalchemy.engine import Connection, Engine
 
 from bridge.core.holes import Horizon
+from bridge.core.records import OutboxRow
 from bridge.store.reader import SqlReader, VisibleRows
-from bridge.store.rows import OutboxRow, select_after_sqlite
+from bridge.store.rows import select_after_sqlite
 
 #: Every gap below a visible row is final, so every hole settles under this constant horizon.
 ALWAYS_SETTLED: Final = Horizon(low=0, high=0)

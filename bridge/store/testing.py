@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bridge.core.holes import Horizon, SeqRange
+from bridge.core.records import OutboxRow
 from bridge.errors import FencedError
 from bridge.store.offsets import Lease, RewindRequest
 from bridge.store.reader import TailReader, VisibleRows
-from bridge.store.rows import OutboxRow
 
 
 @dataclass(slots=True)

@@ -26,9 +26,9 @@ from typing import Any
 from sqlalchemy.exc import OperationalError
 
 from bridge.core.holes import Horizon
+from bridge.core.records import OutboxRow
 from bridge.store import mssql, postgres, sqlite
 from bridge.store.reader import TailReader
-from bridge.store.rows import OutboxRow
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

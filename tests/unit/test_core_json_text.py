@@ -11,9 +11,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from bridge.core.records import OutboxRow, build_record
 from bridge.errors import InvalidEventError, PoisonEventError
-from bridge.records import build_record
-from bridge.store.rows import OutboxRow
 from bridge.writer import OutboxEvent
 
 pytestmark = pytest.mark.unit

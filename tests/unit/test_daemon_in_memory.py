@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable
 
 from bridge.config import BridgeConfig
+from bridge.core.records import KafkaRecord
 from bridge.daemon import EXIT_OK, BridgeDaemon
 from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
-from bridge.records import KafkaRecord
 from bridge.store.testing import InMemoryLeaseStore, InMemoryOutbox
 
 CONFIG = BridgeConfig(allow_single_broker=True, replication_factor=1, persist_interval_s=0.01,

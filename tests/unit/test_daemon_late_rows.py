@@ -12,10 +12,10 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 
 from bridge.config import load_config
+from bridge.core.records import KafkaRecord
 from bridge.daemon import build_daemon
 from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.migrate import upgrade
-from bridge.records import KafkaRecord
 from bridge.store.engine import make_engine
 from bridge.store.offsets import OffsetStore
 

@@ -16,11 +16,11 @@ from confluent_kafka import KafkaError
 from sqlalchemy import create_engine, text
 
 from bridge.config import BridgeConfig, load_config
+from bridge.core.records import KafkaRecord
 from bridge.daemon import EXIT_OK, EXIT_POISON, BridgeDaemon, build_daemon
 from bridge.kafka.publisher import DeliveryFailure
 from bridge.kafka.testing import AcceptingTopicGuard
 from bridge.migrate import upgrade
-from bridge.records import KafkaRecord
 from bridge.store.engine import make_engine
 from bridge.store.offsets import OffsetStore
 

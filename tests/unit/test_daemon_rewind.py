@@ -15,10 +15,10 @@ import pytest
 from sqlalchemy import create_engine, insert, select, text
 
 from bridge.config import load_config
+from bridge.core.records import KafkaRecord
 from bridge.daemon import BridgeDaemon, build_daemon
 from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.migrate import upgrade
-from bridge.records import KafkaRecord
 from bridge.schema import bridge_replay_audit
 from bridge.store.engine import make_engine
 from bridge.store.offsets import OffsetStore

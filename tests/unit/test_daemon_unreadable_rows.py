@@ -13,10 +13,10 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from bridge.config import load_config
+from bridge.core.records import KafkaRecord
 from bridge.daemon import EXIT_POISON, BridgeDaemon, build_daemon
 from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.migrate import upgrade
-from bridge.records import KafkaRecord
 from tests.unit.test_daemon_rewind import _wait, _watermark
 
 pytestmark = pytest.mark.unit

@@ -16,12 +16,12 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from bridge.config import BridgeConfig, load_config
+from bridge.core.records import KafkaRecord
 from bridge.core.watermark import AckTracker
 from bridge.daemon import build_daemon
 from bridge.kafka.producer_settings import producer_settings
 from bridge.kafka.publisher import DeliveryFailure, KafkaPublisher
 from bridge.kafka.testing import AcceptingTopicGuard
-from bridge.records import KafkaRecord
 from bridge.store.engine import make_engine
 
 RTT_MS = 200  # the mock broker answers each request this late

@@ -7,9 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from bridge.core.records import OutboxRow, build_record
 from bridge.errors import PoisonEventError
-from bridge.records import build_record
-from bridge.store.rows import OutboxRow
 
 
 def _route(aggregate_type: str) -> str:

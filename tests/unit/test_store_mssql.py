@@ -13,10 +13,10 @@ import pytest
 from sqlalchemy.dialects import mssql
 from sqlalchemy.exc import DBAPIError
 
+from bridge.core.records import OutboxRow
 from bridge.errors import TransientStoreError
 from bridge.store import mssql as reader
 from bridge.store.reader import TailReader
-from bridge.store.rows import OutboxRow
 from tests.support import Tail
 
 pytestmark = pytest.mark.unit

@@ -1,15 +1,52 @@
-"""From an outbox row to a Kafka record, as fixed by the design: topic from the template, key the
-aggregate id, value the payload bytes unchanged, and the event's metadata as headers."""
+"""An outbox row, and from it the Kafka record, as fixed by the design: topic from the template, key the
+aggregate id, value the payload bytes unchanged, and the event's metadata as headers (the dead-letter
+record too). Pure: the store reads rows (`bridge.store.rows`), the publisher sends records."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Final, NamedTuple
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Final, NamedTuple
 
 from bridge.core.json_text import NotJsonError, parse_json
 from bridge.errors import PoisonEventError
-from bridge.store.rows import OutboxRow
+
+
+class OutboxRow(NamedTuple):
+    """One `domain_events` row: `payload` is the JSON text exactly as written, `headers` the raw JSON
+    text of the row's own headers (None when absent); parsing them is the publisher's call.
+
+    A named tuple rather than a frozen dataclass: the bridge makes one per event, and a tuple is made
+    several times faster."""
+
+    seq: int
+    event_id: str
+    aggregate_type: str
+    aggregate_id: str
+    event_type: str
+    payload: str
+    headers: str | None
+    occurred_at: datetime
+    schema_version: int
+    #: Why the row as stored cannot be published (its other fields then hold a readable stand-in for
+    #: the dead-letter copy); None for every row read as written.
+    unreadable: str | None = None
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[Any, Any]) -> OutboxRow:
+        return cls(
+            seq=int(row["seq"]),
+            event_id=row["event_id"],
+            aggregate_type=row["aggregate_type"],
+            aggregate_id=row["aggregate_id"],
+            event_type=row["event_type"],
+            payload=row["payload"],
+            headers=row["headers"],
+            occurred_at=row["occurred_at"],
+            schema_version=int(row["schema_version"]),
+        )
+
 
 # Kafka's default max.message.bytes for a topic (1 MiB + record batch overhead).
 DEFAULT_MAX_MESSAGE_BYTES: Final = 1_048_588
