@@ -189,15 +189,19 @@ def _locked(lake: Any, name: str) -> Any:
     return lock
 
 
-def _check_kafka(settings: Any) -> None:
-    """Refused credentials or an untrusted certificate: one clear error now (KafkaAccessError), not Spark's
-    exception after its start, nor a consumer retrying; unreachable brokers are left to the source's retries."""
-    from bridge.kafka.access import check_connection
+def _check_kafka(settings: Any, projection: Any) -> None:
+    """Refused credentials, an untrusted certificate or a topic the principal may not read: one clear error
+    now (KafkaAccessError), not Spark's exception after its start, nor a consumer retrying; unreachable
+    brokers are left to the source's retries."""
+    from bridge.kafka.access import check_connection, check_read_access
     from projections.kafka_clients import consumer_conf
 
     conf = consumer_conf(settings, "unused")
     conf.pop("group.id")
-    check_connection(conf)
+    if check_connection(conf):
+        option, value = projection.source_option(settings.topic_template)
+        if option == "subscribe":  # a pattern names no topic to ask about
+            check_read_access(conf, [topic for topic in value.split(",") if topic])
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -208,7 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     projection = _catalog(settings).get(args.name)
     projection.source_option(settings.topic_template)  # a bad template fails before Spark starts
     log.info("effective settings", extra={"projection": projection.name, "settings": settings.masked()})
-    _check_kafka(settings)
+    _check_kafka(settings, projection)
     with _locked(Lake(settings.lake), projection.name):
         spark = _session(f"projection-{projection.name}")
         metrics, server = _serve_metrics(spark, settings, projection.name)
@@ -241,7 +245,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     start_kind, _ = replay.parse_from_offset(args.from_offset)  # a malformed value fails before Kafka
-    _check_kafka(settings)
+    _check_kafka(settings, projection)
     refuse_partial_rebuild(
         projection,
         start_kind,

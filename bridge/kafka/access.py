@@ -149,3 +149,34 @@ def check_connection(conf: Mapping[str, Any], timeout: float = CHECK_TIMEOUT_S) 
                         raise refused from None
         if time.monotonic() >= deadline:
             return False
+
+
+def check_read_access(conf: Mapping[str, Any], topics: list[str], timeout: float = CHECK_TIMEOUT_S) -> None:
+    """Raise AccessDenied when the principal may not Read or Describe one of `topics` (a consumer's check
+    before it starts: Spark's source would otherwise fail later, with Kafka's bare authorization error).
+
+    Topics that do not exist yet, and clusters without an authorizer, pass: there is nothing to refuse.
+    Consumer-group ACLs cannot be asked about before the group exists; a missing one still fails the query."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin._acl import AclOperation
+
+    if not topics:
+        return
+    admin = AdminClient(dict(conf))
+    futures = admin.describe_topics(TopicCollection(list(topics)), include_authorized_operations=True,
+                                    request_timeout=timeout)
+    for topic, future in futures.items():
+        try:
+            description = future.result(timeout)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise denied(conf, "Describe", f"topic {topic}", err.name()) from None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                continue
+            raise
+        allowed = description.authorized_operations
+        if allowed is None or AclOperation.ALL in allowed:
+            continue  # no authorizer answers for it, or everything is allowed
+        if AclOperation.READ not in allowed:
+            raise denied(conf, "Read", f"topic {topic}", "TOPIC_AUTHORIZATION_FAILED")

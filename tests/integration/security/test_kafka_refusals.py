@@ -16,7 +16,7 @@ from confluent_kafka.admin import NewTopic
 from confluent_kafka.admin._acl import AclOperation
 
 from bridge.kafka.access import EXIT_AUTHENTICATION, EXIT_CERTIFICATE, EXIT_DENIED
-from bridge.kafka.acls import bridge_bindings
+from bridge.kafka.acls import bridge_bindings, projection_bindings, projection_group_prefix
 from bridge.migrate import upgrade
 from tests.securekafka import SecureKafka, User
 from tests.support import bridge_env, insert_events, spawn_bridge
@@ -167,3 +167,26 @@ def test_doctor_names_a_missing_acl_with_the_kafka_acls_fix_and_passes_once_it_i
     code, checks = acls()
     assert {c["verdict"] for c in checks} == {"ok"}, checks
     assert any(topic in c["summary"] for c in checks)
+
+
+def test_a_projection_that_may_not_read_its_topic_stops_before_spark_with_exit_9_naming_the_fix(
+    kafka_secure: SecureKafka, tmp_path: Path
+) -> None:
+    topic = "outbox.event.order"  # what orders_current reads under the default template
+    admin = kafka_secure.admin()  # held: a client dropped at once cancels its requests
+    if topic not in admin.list_topics(timeout=30).topics:
+        admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
+    user = kafka_secure.new_user("proj")
+    # Its groups, and Describe on the topic, but not Read.
+    kafka_secure.grant([b for b in projection_bindings(user.principal, topics=[topic],
+                                                       group_prefix=projection_group_prefix("orders_current"))
+                        if b.operation != AclOperation.READ or b.name != topic])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "BRIDGE_", "KAFKA_", "PROJECTIONS_"))}
+    env |= kafka_secure.env(user) | {"PROJECTIONS_LAKE_PATH": str(tmp_path / "lake"), "PROJECTIONS_METRICS_PORT": "0"}
+    started = time.monotonic()
+    result = subprocess.run([str(Path(sys.executable).with_name("outbox-projections")), "run", "orders_current",
+                             "--available-now"], env=env, capture_output=True, text=True, timeout=EXIT_WITHIN_S)
+    assert result.returncode == EXIT_DENIED, result.stderr[-3000:]
+    assert f"User:{user.name} Read on topic {topic}" in result.stderr
+    assert f"--allow-principal User:{user.name} --operation Read --topic {topic}" in result.stderr
+    assert "SparkSession" not in result.stderr and time.monotonic() - started < 20  # Spark never started
