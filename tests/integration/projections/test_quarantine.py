@@ -69,7 +69,8 @@ def test_malformed_events_are_quarantined_and_the_rest_applied(harness: Harness)
     assert bytes(first["value"]) == b"{not json" and first["event_type"] == "OrderPlaced"
 
     progress = json.loads(Path(lake.progress(orders_current.name)).read_text())
-    assert progress["last_batch"] == {"rows": 10 + 1 + 5, "applied": 10, "quarantined": 5, "ignored": 1}
+    assert progress["last_batch"] == {"rows": 10 + 1 + 5, "applied": 10, "quarantined": 5, "ignored": 1,
+                                      "beyond_horizon": 0}
     assert progress["max_seq"] == max(e.seq for e in good)
     sample = metrics.registry.get_sample_value
     assert sample("projection_quarantined_events_total", {"projection": orders_current.name}) == 5
