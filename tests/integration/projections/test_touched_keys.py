@@ -1,4 +1,5 @@
-"""`history` and `fold` read only the files of the keys a batch touches, however large the table grows.
+"""`history` and `fold` read only the files of the keys a batch touches, however large the table grows (here
+fivefold: each step is a Spark batch, and the claim is the same at any size).
 
 Measured with Delta's own MERGE metrics (target files before and after data skipping), not wall time.
 """
@@ -87,7 +88,7 @@ class Orders:
         self.apply([paid(self.seq, f"order-{order:05d}")])
 
 
-def test_a_batch_reads_the_same_few_target_files_when_the_table_grows_tenfold(
+def test_a_batch_reads_the_same_few_target_files_when_the_table_grows_fivefold(
     harness: Harness, merges: list[tuple[str, int, int]]
 ) -> None:
     lake = harness.lake("lake")
@@ -103,19 +104,19 @@ def test_a_batch_reads_the_same_few_target_files_when_the_table_grows_tenfold(
 
     orders.new_orders(1)
     small = probe()
-    orders.new_orders(9)
+    orders.new_orders(4)
     large = probe()
 
     for name in tables.values():
         (small_before, small_after), (large_before, large_after) = small[name], large[name]
-        assert large_before >= 5 * small_before, (name, small, large)  # the table really grew
+        assert large_before >= 3 * small_before, (name, small, large)  # the table really grew
         # What a batch reads stays the files one batch writes (at most the test session's 2 shuffle partitions).
         assert small_after <= 2 and large_after <= 2, (name, small, large)
 
     history = harness.spark.read.format("delta").load(lake.table(orders_history.name))
-    assert history.count() == 10 * KEYS_PER_BATCH + 2
+    assert history.count() == 5 * KEYS_PER_BATCH + 2
     folded = harness.spark.read.format("delta").load(lake.table(order_status_fold.name))
     assert sorted(r["order_id"] for r in folded.where("status = 'paid'").collect()) == [
         "order-00000",
-        "order-00036",
+        "order-00016",
     ]
