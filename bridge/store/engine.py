@@ -37,8 +37,10 @@ def make_engine(url: str) -> Engine:
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _: Any) -> None:
             cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
+            # The busy timeout first: switching to (or confirming) WAL takes a lock too, and without the
+            # timeout in place a busy writer made it fail at once with "database is locked".
             cursor.execute("PRAGMA busy_timeout=10000")
+            cursor.execute("PRAGMA journal_mode=WAL")
             cursor.close()
 
         return engine
