@@ -112,13 +112,17 @@ def _settled(guard: TopicGuard, topic: str, timeout: float = 15.0) -> TopicRepor
 
 def _event_topics(config: BridgeConfig) -> list[str]:
     from sqlalchemy import select
+    from sqlalchemy.exc import DBAPIError
 
     from bridge.schema import domain_events
+    from bridge.store.failures import store_error
 
     engine = make_engine(config.db_url.get_secret_value())
     try:
         with engine.connect() as conn:
             types = [r[0] for r in conn.execute(select(domain_events.c.aggregate_type).distinct())]
+    except DBAPIError as exc:  # e.g. never migrated: "not migrated, run `outbox-bridge migrate`", exit 2
+        raise store_error(exc, "reading the aggregate types of domain_events") from exc
     finally:
         engine.dispose()
     return [config.topic_for(t) for t in types]

@@ -56,3 +56,12 @@ def test_run_on_an_older_revision_names_the_revision_it_needs(sqlite_url: str) -
     run = _run(sqlite_url)
     assert run.returncode == 2, run.stderr
     assert f"revision 0001, this bridge needs {head()}" in run.stderr and "outbox-bridge migrate" in run.stderr
+
+
+def test_topics_ensure_on_an_unmigrated_database_exits_2_naming_migrate_not_a_traceback(
+    sqlite_url: str, kafka_bootstrap: str
+) -> None:
+    topics = _cli("topics", "ensure", "--db-url", sqlite_url, "--bootstrap-servers", kafka_bootstrap)
+    assert topics.returncode == 2, topics.stderr
+    assert "not migrated" in topics.stderr and "outbox-bridge migrate" in topics.stderr
+    assert "Traceback" not in topics.stderr
