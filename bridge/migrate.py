@@ -120,6 +120,19 @@ def _run_online(url: str | URL, revision: str, *, down: bool) -> None:
                 command.upgrade(config, revision)
         except CommandError as exc:
             raise ConfigurationError(f"cannot migrate to revision {revision!r}: {exc}") from exc
+    if not down:
+        _sqlite_wal(url)
+
+
+def _sqlite_wal(url: str | URL) -> None:
+    """Put a SQLite outbox in WAL mode, once, where nothing else is using it yet: the mode persists in
+    the file, so the bridge's readers never have to take the exclusive lock the switch needs."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return
+    with connected(parsed, "switching the SQLite outbox to WAL mode") as conn:
+        conn.exec_driver_sql("PRAGMA busy_timeout=10000")
+        conn.exec_driver_sql("PRAGMA journal_mode=WAL")
 
 
 def upgrade(url: str | URL, revision: str = "head") -> None:

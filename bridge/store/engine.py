@@ -37,10 +37,12 @@ def make_engine(url: str) -> Engine:
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _: Any) -> None:
             cursor = dbapi_conn.cursor()
-            # The busy timeout first: switching to (or confirming) WAL takes a lock too, and without the
-            # timeout in place a busy writer made it fail at once with "database is locked".
             cursor.execute("PRAGMA busy_timeout=10000")
-            cursor.execute("PRAGMA journal_mode=WAL")
+            # The migration leaves the file in WAL mode, which persists, so this is normally only a read.
+            # Switching needs an exclusive lock, and beside a busy writer SQLite refuses it at once rather
+            # than wait (waiting could deadlock): only an outbox made before that switches here.
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
             cursor.close()
 
         return engine
