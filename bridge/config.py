@@ -35,6 +35,7 @@ from pydantic_settings import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from bridge.enums import AnyCaseStrEnum
 from bridge.errors import ConfigurationError
 from bridge.kafka.client_security import (
     SaslMechanism,
@@ -120,7 +121,7 @@ class Compression(StrEnum):
     ZSTD = "zstd"
 
 
-class LogLevel(StrEnum):
+class LogLevel(AnyCaseStrEnum):
     """Log levels of the standard logging module."""
 
     DEBUG = "DEBUG"
@@ -128,11 +129,6 @@ class LogLevel(StrEnum):
     WARNING = "WARNING"
     ERROR = "ERROR"
     CRITICAL = "CRITICAL"
-
-    @classmethod
-    def _missing_(cls, value: object) -> LogLevel | None:
-        # Accept "debug" as well as "DEBUG"; pydantic falls back to this before refusing.
-        return cls.__members__.get(value.upper()) if isinstance(value, str) else None
 
 
 _DURATION: Final = re.compile(r"^(\d+)([smhdw])$")

@@ -10,11 +10,12 @@ authenticates like the producer does. A key given both ways is refused.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
 from typing import Any, Final
 
+from bridge.enums import AnyCaseStrEnum
 
-class SecurityProtocol(StrEnum):
+
+class SecurityProtocol(AnyCaseStrEnum):
     """librdkafka `security.protocol`."""
 
     PLAINTEXT = "PLAINTEXT"
@@ -22,23 +23,13 @@ class SecurityProtocol(StrEnum):
     SASL_PLAINTEXT = "SASL_PLAINTEXT"
     SASL_SSL = "SASL_SSL"
 
-    @classmethod
-    def _missing_(cls, value: object) -> SecurityProtocol | None:
-        return cls.__members__.get(value.upper()) if isinstance(value, str) else None
 
-
-class SaslMechanism(StrEnum):
+class SaslMechanism(AnyCaseStrEnum):
     """librdkafka `sasl.mechanism` values that take a user name and password (OAUTHBEARER goes in extras)."""
 
     PLAIN = "PLAIN"
     SCRAM_SHA_256 = "SCRAM-SHA-256"
     SCRAM_SHA_512 = "SCRAM-SHA-512"
-
-    @classmethod
-    def _missing_(cls, value: object) -> SaslMechanism | None:
-        if not isinstance(value, str):
-            return None
-        return next((m for m in cls if m.value == value.upper()), None)
 
 
 #: librdkafka properties that decide how a client connects and authenticates, for every client.
