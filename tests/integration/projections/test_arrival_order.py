@@ -138,12 +138,12 @@ EVERY_KIND = (*PROJECTIONS, orders_latest_row, order_trail)
 
 
 def arrivals(events: list[OutboxEvent]) -> list[list[OutboxEvent]]:
-    """The events as four deliveries: newest first, dealt round-robin into three, then some again.
+    """The events as three deliveries: newest first, dealt round-robin into two, then some again.
 
     Each order's events are consecutive seqs, so dealing them out puts an order's newer events in earlier
     deliveries than its older ones."""
     newest_first = sorted(events, key=lambda e: -e.seq)
-    return [newest_first[0::3], newest_first[1::3], newest_first[2::3], events[::4]]
+    return [newest_first[0::2], newest_first[1::2], events[::4]]
 
 
 @pytest.fixture(scope="module")
