@@ -157,26 +157,15 @@ def check_read_access(conf: Mapping[str, Any], topics: list[str], timeout: float
 
     Topics that do not exist yet, and clusters without an authorizer, pass: there is nothing to refuse.
     Consumer-group ACLs cannot be asked about before the group exists; a missing one still fails the query."""
-    from confluent_kafka import TopicCollection
     from confluent_kafka.admin._acl import AclOperation
+
+    from bridge.kafka.acl_check import topic_access
 
     if not topics:
         return
-    admin = AdminClient(dict(conf))
-    futures = admin.describe_topics(TopicCollection(list(topics)), include_authorized_operations=True,
-                                    request_timeout=timeout)
-    for topic, future in futures.items():
-        try:
-            description = future.result(timeout)
-        except KafkaException as exc:
-            err = exc.args[0]
-            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                raise denied(conf, "Describe", f"topic {topic}", err.name()) from None
-            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                continue
-            raise
-        allowed = description.authorized_operations
-        if allowed is None or AclOperation.ALL in allowed:
-            continue  # no authorizer answers for it, or everything is allowed
-        if AclOperation.READ not in allowed:
-            raise denied(conf, "Read", f"topic {topic}", "TOPIC_AUTHORIZATION_FAILED")
+    for access in topic_access(AdminClient(dict(conf)), topics, timeout):
+        if access.undescribable:
+            raise denied(conf, "Describe", f"topic {access.topic}", "TOPIC_AUTHORIZATION_FAILED")
+        # A missing topic, or no authorizer answering for it: nothing to refuse.
+        if not access.missing and access.allowed is not None and access.lacks([AclOperation.READ]):
+            raise denied(conf, "Read", f"topic {access.topic}", "TOPIC_AUTHORIZATION_FAILED")

@@ -54,6 +54,45 @@ def authorizer_disabled(admin: AdminClient, timeout: float) -> bool:
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class TopicAccess:
+    """What the cluster says the principal may do on one topic."""
+
+    topic: str
+    #: The cluster does not know the topic (yet): there is nothing to refuse.
+    missing: bool = False
+    #: The principal may not even describe it (TOPIC_AUTHORIZATION_FAILED).
+    undescribable: bool = False
+    #: The operations allowed; None when no authorizer answered for the topic.
+    allowed: frozenset[AclOperation] | None = None
+
+    def lacks(self, operations: Sequence[AclOperation]) -> list[AclOperation]:
+        """Which of `operations` the principal may not do (none when everything is allowed)."""
+        allowed = self.allowed or frozenset()
+        return [] if AclOperation.ALL in allowed else [op for op in operations if op not in allowed]
+
+
+def topic_access(admin: AdminClient, topics: Sequence[str], timeout: float) -> list[TopicAccess]:
+    """Each topic's authorized operations, from one DescribeTopics request."""
+    futures = admin.describe_topics(TopicCollection(list(topics)), include_authorized_operations=True,
+                                    request_timeout=timeout)
+    found: list[TopicAccess] = []
+    for topic, future in futures.items():
+        try:
+            description = future.result(timeout)
+        except KafkaException as exc:
+            if _code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                found.append(TopicAccess(topic, missing=True))
+                continue
+            if _code(exc) == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                found.append(TopicAccess(topic, undescribable=True))
+                continue
+            raise
+        operations = description.authorized_operations
+        found.append(TopicAccess(topic, allowed=None if operations is None else frozenset(operations)))
+    return found
+
+
 def _code(exc: KafkaException) -> int | None:
     err = exc.args[0] if exc.args else None
     return err.code() if isinstance(err, KafkaError) else None
@@ -83,23 +122,14 @@ def bridge_acl_findings(admin: AdminClient, topics: Sequence[str], *, may_create
         return [AclFinding("ok", "an authorizer runs; no topic of the bridge exists yet to ask about")]
     findings: list[AclFinding] = []
     missing_topics: list[str] = []
-    futures = admin.describe_topics(TopicCollection(list(topics)), include_authorized_operations=True,
-                                    request_timeout=timeout)
-    for topic, future in futures.items():
-        try:
-            description = future.result(timeout)
-        except KafkaException as exc:
-            if _code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                missing_topics.append(topic)
-                continue
-            if _code(exc) == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                findings.append(AclFinding("failed", f"{topic}: the principal may not even describe it",
-                                           _grant(who, TOPIC_OPERATIONS, f"--topic {topic}")))
-                continue
-            raise
-        allowed = set(description.authorized_operations or ())
-        lacking = [op for op in TOPIC_OPERATIONS if op not in allowed and AclOperation.ALL not in allowed]
-        if lacking:
+    for access in topic_access(admin, topics, timeout):
+        topic = access.topic
+        if access.missing:
+            missing_topics.append(topic)
+        elif access.undescribable:
+            findings.append(AclFinding("failed", f"{topic}: the principal may not even describe it",
+                                       _grant(who, TOPIC_OPERATIONS, f"--topic {topic}")))
+        elif lacking := access.lacks(TOPIC_OPERATIONS):
             findings.append(AclFinding("failed", f"{topic}: the principal lacks {_names(lacking)}",
                                        _grant(who, lacking, f"--topic {topic}")))
         else:
