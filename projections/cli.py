@@ -244,8 +244,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    start_kind, _ = replay.parse_from_offset(args.from_offset)  # a malformed value fails before Kafka
-    _check_kafka(settings, projection)
+    # A malformed value and a refused rebuild fail before anything asks Kafka or starts Spark.
+    start_kind, _ = replay.parse_from_offset(args.from_offset)
     refuse_partial_rebuild(
         projection,
         start_kind,
@@ -254,6 +254,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         rebuild=bool(args.rebuild),
         allowed=args.drop_earlier_state,
     )
+    _check_kafka(settings, projection)
     starting = replay.resolve(args.from_offset, projection, settings)
     lake = Lake(settings.lake)
     plan = {
