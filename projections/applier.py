@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from projections.declaration import Projection, ResolvedPayload
+from projections.declaration import Projection
 from projections.envelope import ENVELOPE, ERROR, RELEVANT, decode
 from projections.horizon import DedupHorizon, Floor
-from projections.kinds.base import Batch
+from projections.kind import Batch
 from projections.lake import Lake
+from projections.payload import ResolvedPayload
 from projections.progress import BatchStats, Progress, read_progress, write_progress
 from projections.quarantine import set_aside
 from projections.txn import Txn
