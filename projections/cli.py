@@ -232,7 +232,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from projections import replay, runner
     from projections.lake import Lake
     from projections.lock import ProjectionLock
+    from projections.new_table import replay_into_new_table
+    from projections.offset_search import resolve
     from projections.partial_rebuild import refuse_partial_rebuild
+    from projections.starting_point import parse_from_offset
 
     settings = _settings(args)
     projection = _catalog(settings).get(args.name)
@@ -245,7 +248,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     # A malformed value and a refused rebuild fail before anything asks Kafka or starts Spark.
-    start_kind, _ = replay.parse_from_offset(args.from_offset)
+    start_kind, _ = parse_from_offset(args.from_offset)
     refuse_partial_rebuild(
         projection,
         start_kind,
@@ -255,7 +258,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         allowed=args.drop_earlier_state,
     )
     _check_kafka(settings, projection)
-    starting = replay.resolve(args.from_offset, projection, settings)
+    starting = resolve(args.from_offset, projection, settings)
     lake = Lake(settings.lake)
     plan = {
         "projection": projection.name,
@@ -302,7 +305,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                      f"reading from {starting.describe()}")
             settings = dataclasses.replace(settings, starting_offsets=starting.offsets)
         else:
-            replay.replay_into_new_table(
+            replay_into_new_table(
                 spark, projection, settings, starting, lock, wait_s=args.switch_timeout, metrics=metrics,
                 announce=announce,
             )

@@ -68,7 +68,7 @@ def test_status_without_progress(tmp_path: Path, capsys: pytest.CaptureFixture[s
     ],
 )
 def test_from_offset_forms(spec: str, kind: str, value: object) -> None:
-    from projections.replay import parse_from_offset
+    from projections.starting_point import parse_from_offset
 
     assert parse_from_offset(spec) == (kind, value)
 
