@@ -1,19 +1,124 @@
-"""Replaying a projection from a chosen point in its topics.
+"""Replaying a projection from a chosen point in its topics (`outbox-projections replay`).
 
-`projections.starting_point` parses `--from-offset`, `projections.offset_search` finds it in Kafka, and
-`projections.new_table` builds a new table beside the live one and switches the live one over to it (the
-default). `in_place` replays into the live table instead: reset the checkpoint, every kind is idempotent.
+The steps, in order, each one refusing before anything has changed: parse the starting point
+(`projections.starting_point`); refuse a rebuild from a start other than earliest unless it is meant
+(`projections.partial_rebuild`); ask Kafka whether the principal may read (`projections.driver`) and where
+that start is (`projections.offset_search`). Then, by default, build the projection into a new table beside
+the live one and switch the live one over to it (`projections.new_table`); with `in_place`, reset the live
+checkpoint instead and apply the events again onto the live table (every kind is idempotent).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+import logging
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from projections import runner
 from projections.declaration import Projection
+from projections.driver import check_kafka, driving, locked
 from projections.lake import Lake, delete_path
+from projections.lock import ProjectionLock
+from projections.new_table import replay_into_new_table
+from projections.offset_search import resolve
+from projections.partial_rebuild import refuse_partial_rebuild
+from projections.settings import Settings
+from projections.starting_point import StartingPoint, parse_from_offset
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    """What the operator asked for: where to start, into which table, and how long to wait to switch."""
+
+    from_offset: str = "earliest"
+    in_place: bool = False
+    rebuild: bool = False
+    drop_earlier_state: bool = False
+    switch_timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """A request that passed every check, with the offsets it starts at; nothing has changed yet."""
+
+    projection: Projection
+    request: ReplayRequest
+    starting: StartingPoint
+    live_table: str
+
+    def summary(self) -> dict[str, Any]:
+        """The plan as the command prints it, and logs it before carrying it out."""
+        return {
+            "projection": self.projection.name,
+            "mode": "in place" if self.request.in_place else "new table, then switch over",
+            "from_offset": self.starting.spec,
+            "starting_offsets": self.starting.offsets,
+            "live_table": self.live_table,
+            "rebuild": self.request.rebuild,
+            "drop_earlier_state": self.request.drop_earlier_state,
+        }
+
+    def next_step(self) -> str:
+        """What the operator does to carry the plan out (the command prints it when --yes is missing)."""
+        if self.request.in_place:
+            return "Stop the running instance (the replay resets its checkpoint), then repeat with --yes."
+        return (
+            "Repeat with --yes: the live table keeps serving readers while the new one is built; "
+            "the switch waits for the live instance to stop."
+        )
+
+
+def plan_replay(projection: Projection, settings: Settings, request: ReplayRequest) -> ReplayPlan:
+    """Check the request and find where it starts (ConfigurationError, RefusedError or KafkaAccessError)."""
+    # A malformed value and a refused rebuild fail before anything asks Kafka or starts Spark.
+    start_kind, _ = parse_from_offset(request.from_offset)
+    refuse_partial_rebuild(
+        projection,
+        start_kind,
+        request.from_offset,
+        in_place=request.in_place,
+        rebuild=request.rebuild,
+        allowed=request.drop_earlier_state,
+    )
+    check_kafka(settings, projection)
+    starting = resolve(request.from_offset, projection, settings)
+    return ReplayPlan(projection, request, starting, Lake(settings.lake).table(projection.name))
+
+
+def run_replay(plan: ReplayPlan, settings: Settings) -> None:
+    """Carry the plan out, then run on as the live instance (a new table with available_now stops there)."""
+    projection, request, starting = plan.projection, plan.request, plan.starting
+    lake = Lake(settings.lake)
+    log.info("replay", extra=plan.summary())
+
+    def announce(message: str) -> None:
+        print(f"[replay {projection.name}] {message}", file=sys.stderr, flush=True)
+        log.info(message, extra={"projection": projection.name})
+
+    # In place the live instance must be stopped now; otherwise the replay waits for it before switching.
+    lock = locked(lake, projection.name) if request.in_place else ProjectionLock(lake, projection.name)
+    with driving(settings, projection.name, f"projection-replay-{projection.name}", lock) as (spark, metrics):
+        if request.in_place:
+            removed = reset_in_place(spark, projection, lake, request.rebuild)
+            announce(f"checkpoint reset (existed: {removed}, rebuild: {request.rebuild}); "
+                     f"reading from {starting.describe()}")
+            settings = dataclasses.replace(settings, starting_offsets=starting.offsets)
+        else:
+            replay_into_new_table(
+                spark, projection, settings, starting, lock, wait_s=request.switch_timeout_s, metrics=metrics,
+                announce=announce,
+            )
+            if settings.available_now:
+                return
+            announce("running on as the live instance")
+        runner.run(spark, projection, settings, metrics)
 
 
 def reset_in_place(spark: SparkSession, projection: Projection, lake: Lake, rebuild: bool) -> bool:
