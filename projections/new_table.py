@@ -74,8 +74,8 @@ def replay_into_new_table(
     lake = Lake(settings.lake)
     replay_id = replay_id or new_replay_id()
     shadow = Lake(f"{lake.replays(projection.name)}/{replay_id}")
-    shadow_settings = dataclasses.replace(
-        settings, lake=shadow.root, starting_offsets=starting.offsets, available_now=True
+    shadow_settings = settings.model_copy(
+        update={"lake": shadow.root, "starting_offsets": starting.offsets, "available_now": True}
     )
     record: dict[str, Any] = {
         "projection": projection.name,

@@ -10,7 +10,6 @@ checkpoint instead and apply the events again onto the live table (every kind is
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 from dataclasses import dataclass
@@ -109,7 +108,7 @@ def run_replay(plan: ReplayPlan, settings: Settings) -> None:
             removed = reset_in_place(spark, projection, lake, request.rebuild)
             announce(f"checkpoint reset (existed: {removed}, rebuild: {request.rebuild}); "
                      f"reading from {starting.describe()}")
-            settings = dataclasses.replace(settings, starting_offsets=starting.offsets)
+            settings = settings.model_copy(update={"starting_offsets": starting.offsets})
         else:
             replay_into_new_table(
                 spark, projection, settings, starting, lock, wait_s=request.switch_timeout_s, metrics=metrics,
