@@ -128,7 +128,7 @@ class BatchApplier:
                     self.projection.kind.apply(batch)
                 if horizon is not None and floor is not None and horizon.prunes_after(batch_id):
                     self._prune(session, horizon, floor, batch_id)
-            self._record(session, batch_id, stats)
+            self.record(session, batch_id, stats)
             return stats
         finally:
             decoded.unpersist()
@@ -142,9 +142,15 @@ class BatchApplier:
             )
         return self._progress
 
-    def _record(self, session: Any, batch_id: int, stats: BatchStats) -> None:
-        self._progress = self._recorded(session).advanced(batch_id, stats)
+    def record(self, session: Any, batch_id: int, stats: BatchStats) -> None:
+        """Advance the progress record by the batch's stats and count its refused events in the metrics."""
+        before = self._recorded(session)
+        self._progress = before.advanced(batch_id, stats)
         write_progress(self.lake, self._progress, session)
+        if self.metrics is not None:
+            # What the record added, so a batch Spark runs again after a failure is counted once here too.
+            refused = self._progress.events_beyond_horizon - before.events_beyond_horizon
+            self.metrics.refused_beyond_horizon(self.projection.name, refused)
 
     def _floor(self, session: Any, horizon: DedupHorizon) -> Floor:
         # From what was applied before this batch, not the batch's own newest event: a batch spanning more

@@ -84,7 +84,7 @@ def start(
     else:
         writer = writer.trigger(processingTime=f"{settings.trigger_interval_s} seconds")
     if metrics is not None:
-        metrics.register(projection.name)
+        metrics.register(projection.name, deduplicates=projection.kind.dedup_horizon() is not None)
     query = writer.start()
     log.info(
         "projection started",
