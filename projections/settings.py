@@ -11,7 +11,6 @@ level (`lake = "s3a://bucket/lake"`) and a `[kafka]` table of extra Kafka client
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Callable, Mapping
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -19,9 +18,9 @@ from types import MappingProxyType, NoneType, UnionType
 from typing import Any, Final, get_args, get_origin
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from bridge.errors import ConfigurationError
+from bridge.layered_settings import LayeredSettings, TomlFile
 
 CONFIG_FILE_ENV: Final = "PROJECTIONS_CONFIG_FILE"
 ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType(
@@ -49,10 +48,8 @@ _YES: Final = frozenset({"1", "true", "yes", "on"})
 _NO: Final = frozenset({"0", "false", "no", "off"})
 
 
-class Settings(BaseSettings):
+class Settings(LayeredSettings):
     """Everything a projection run needs besides its declaration."""
-
-    model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_default=True, case_sensitive=True)
 
     bootstrap_servers: str = "127.0.0.1:9092"
     lake: str = ".run/lake"
@@ -75,18 +72,6 @@ class Settings(BaseSettings):
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     ssl_ca_location: str | None = None
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Environment and file are layered by load_settings only, so direct construction is pure.
-        return (init_settings,)
 
     @field_validator("available_now", "fail_on_data_loss", mode="before")
     @classmethod
@@ -178,14 +163,11 @@ class Settings(BaseSettings):
         return values
 
 
-class _TomlFileSource(TomlConfigSettingsSource):
+class _TomlFileSource(TomlFile):
     """The TOML file: field names at the top level, `[kafka]` for extra Kafka source options."""
 
     def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
-        try:
-            data = super()._read_file(file_path)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigurationError(f"configuration file {file_path} is not valid TOML: {exc}") from None
+        data = super()._read_file(file_path)
         known = set(Settings.model_fields)
         unknown = sorted(set(data) - known)
         if unknown:
