@@ -13,7 +13,6 @@ import logging
 import os
 import re
 import string
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,12 +25,6 @@ from urllib.parse import quote
 
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    TomlConfigSettingsSource,
-)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -50,6 +43,7 @@ from bridge.kafka.producer_settings import (
     is_secret_producer_key,
     producer_settings,
 )
+from bridge.layered_settings import LayeredSettings, TomlFile
 
 log = logging.getLogger(__name__)
 
@@ -328,14 +322,12 @@ class RetentionSection:
     interval_s: float
 
 
-class BridgeConfig(BaseSettings):
+class BridgeConfig(LayeredSettings):
     """Everything the bridge daemon needs to know, frozen; build it with `load_config`.
 
     Constructing it directly uses only the keyword arguments and defaults (no environment), which
     keeps tests deterministic.
     """
-
-    model_config = SettingsConfigDict(frozen=True, extra="forbid", validate_default=True, case_sensitive=True)
 
     db_url: SecretStr = Field(
         default=SecretStr("sqlite:///.run/outbox.db"), description="SQLAlchemy URL of the outbox"
@@ -399,18 +391,6 @@ class BridgeConfig(BaseSettings):
     kafka_ssl_ca_location: str | None = Field(
         default=None, min_length=1, description="PEM file of the CA that signed the brokers' certificates"
     )
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Environment and file are layered by load_config only, so direct construction is pure.
-        return (init_settings,)
 
     @field_validator("db_url")
     @classmethod
@@ -704,14 +684,11 @@ def _decode_json_object(env_name: str, raw: str) -> dict[str, Any]:
     return value
 
 
-class _TomlFileSource(TomlConfigSettingsSource):
+class _TomlFileSource(TomlFile):
     """The TOML file: field names at the top level, `[producer]` for extra librdkafka settings."""
 
     def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
-        try:
-            data = super()._read_file(file_path)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigurationError(f"configuration file {file_path} is not valid TOML: {exc}") from None
+        data = super()._read_file(file_path)
         allowed = (set(ENV_NAMES) - {"producer_extra"}) | {TOML_PRODUCER_TABLE}
         unknown = sorted(set(data) - allowed)
         if unknown:

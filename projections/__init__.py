@@ -7,9 +7,10 @@ micro-batch once (Delta txnAppId/txnVersion). Kinds: `LatestState`, `EventLog`, 
 `WindowedCounts`; `DedupHorizon` bounds what the deduplicating kinds keep.
 """
 
-from projections.declaration import PayloadSchema, Projection
+from projections.declaration import Projection
 from projections.horizon import DedupHorizon
 from projections.kinds import Event, EventLog, Fold, History, Kind, LatestState, State, WindowedCounts
+from projections.payload import PayloadSchema
 
 __all__ = [
     "DedupHorizon",

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from projections.declaration import Projection, ResolvedPayload
+from projections.declaration import Projection
 from projections.envelope import ENVELOPE, ERROR, RELEVANT, decode
 from projections.horizon import DedupHorizon, Floor
-from projections.kinds.base import Batch
+from projections.kind import Batch
 from projections.lake import Lake
+from projections.payload import ResolvedPayload
 from projections.progress import BatchStats, Progress, read_progress, write_progress
 from projections.quarantine import set_aside
 from projections.txn import Txn
@@ -127,7 +128,7 @@ class BatchApplier:
                     self.projection.kind.apply(batch)
                 if horizon is not None and floor is not None and horizon.prunes_after(batch_id):
                     self._prune(session, horizon, floor, batch_id)
-            self._record(session, batch_id, stats)
+            self.record(session, batch_id, stats)
             return stats
         finally:
             decoded.unpersist()
@@ -141,9 +142,15 @@ class BatchApplier:
             )
         return self._progress
 
-    def _record(self, session: Any, batch_id: int, stats: BatchStats) -> None:
-        self._progress = self._recorded(session).advanced(batch_id, stats)
+    def record(self, session: Any, batch_id: int, stats: BatchStats) -> None:
+        """Advance the progress record by the batch's stats and count its refused events in the metrics."""
+        before = self._recorded(session)
+        self._progress = before.advanced(batch_id, stats)
         write_progress(self.lake, self._progress, session)
+        if self.metrics is not None:
+            # What the record added, so a batch Spark runs again after a failure is counted once here too.
+            refused = self._progress.events_beyond_horizon - before.events_beyond_horizon
+            self.metrics.refused_beyond_horizon(self.projection.name, refused)
 
     def _floor(self, session: Any, horizon: DedupHorizon) -> Floor:
         # From what was applied before this batch, not the batch's own newest event: a batch spanning more

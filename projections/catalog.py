@@ -7,6 +7,7 @@ unique across modules: a name is a table directory, a checkpoint and a metrics l
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -61,3 +62,31 @@ def load_catalog(modules: Iterable[str] = ()) -> Catalog:
             projections[projection.name] = projection
             origins[projection.name] = module_name
     return Catalog(projections, origins)
+
+
+def list_command(catalog: Catalog, topic_template: str, json_output: bool) -> int:
+    """`outbox-projections list [--json]`: each projection's kind, source, event types and description."""
+    rows = []
+    for name in catalog.names():
+        projection = catalog.get(name)
+        option, topics = projection.source_option(topic_template)
+        rows.append(
+            {
+                "name": name,
+                "kind": projection.kind.name,
+                "key": projection.key,
+                option: topics,
+                "event_types": sorted(projection.event_types) or ["*"],
+                "module": catalog.origins[name],
+                "description": projection.description,
+            }
+        )
+    if json_output:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        source = row.get("subscribe") or row.get("subscribePattern")
+        print(f"{row['name']:<28} {row['kind']:<16} {source:<32} {', '.join(row['event_types'])}")
+        if row["description"]:
+            print(f"{'':<28} {row['description']}")
+    return 0

@@ -13,7 +13,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from projections.declaration import DEFAULT_KEY, Projection, ResolvedPayload
+from projections.declaration import Projection
+from projections.payload import DEFAULT_KEY, ResolvedPayload
 
 STANDARD_HEADERS: Final = ("event_id", "event_type", "aggregate_type", "seq", "occurred_at")
 ERROR: Final = "_error"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
 from projections.declaration import Projection
 from projections.lake import Lake
+from projections.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,6 +55,20 @@ def maintain(
         report["tables"][path] = done
         log.info("table maintained", extra={"projection": projection.name, "table": path, **done})
     return report
+
+
+def maintain_command(projection: Projection, settings: Settings, retain_hours: int, purge_tombstones: bool) -> int:
+    """`outbox-projections maintain NAME`: maintain the projection's tables in a Spark session of its own and
+    print the report."""
+    from projections.session import build_session
+
+    spark = build_session(app_name=f"projection-maintain-{projection.name}")
+    try:
+        report = maintain(spark, projection, Lake(settings.lake), retain_hours, purge_tombstones)
+    finally:
+        spark.stop()
+    print(json.dumps(report, indent=2, sort_keys=True))
+    return 0
 
 
 def _vacuum(spark: SparkSession, path: str, retain_hours: int) -> None:

@@ -3,7 +3,7 @@
 Alert rules and dashboards may only use names from `METRIC_NAMES` (a test checks them). Code reaches
 metrics through `ProjectionMetrics`, which builds them in its own registry. `ProgressListener` turns
 Spark's streaming progress into batch duration, row rates and lag; the batch applier counts batches,
-failures and quarantined events itself.
+failures, quarantined events and events refused beyond the deduplication horizon itself.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ LAG_OFFSETS: Final = "projection_lag_offsets"
 BATCHES: Final = "projection_batches_total"
 FAILED_BATCHES: Final = "projection_failed_batches_total"
 QUARANTINED_EVENTS: Final = "projection_quarantined_events_total"
+EVENTS_BEYOND_HORIZON: Final = "projection_events_beyond_horizon_total"
 LAST_BATCH_TIMESTAMP_SECONDS: Final = "projection_last_batch_timestamp_seconds"
 
 METRIC_NAMES: Final = (
@@ -34,6 +35,7 @@ METRIC_NAMES: Final = (
     BATCHES,
     FAILED_BATCHES,
     QUARANTINED_EVENTS,
+    EVENTS_BEYOND_HORIZON,
     LAST_BATCH_TIMESTAMP_SECONDS,
 )
 
@@ -94,6 +96,12 @@ class ProjectionMetrics:
             labels,
             registry=self.registry,
         )
+        self.events_beyond_horizon = Counter(
+            _strip_total(EVENTS_BEYOND_HORIZON),
+            "Events refused, not applied, for being behind the deduplication horizon",
+            labels,
+            registry=self.registry,
+        )
         self.last_batch_timestamp = Gauge(
             LAST_BATCH_TIMESTAMP_SECONDS,
             "Unix time of the last applied micro-batch",
@@ -101,16 +109,23 @@ class ProjectionMetrics:
             registry=self.registry,
         )
 
-    def register(self, projection: str) -> None:
-        """Create the projection's series at zero, so alerts see them before the first batch."""
+    def register(self, projection: str, deduplicates: bool = False) -> None:
+        """Create the projection's series at zero, so alerts see them before the first batch; the count of
+        events beyond the horizon only for a kind with a deduplication horizon (no other refuses any)."""
         for metric in (self.batches, self.failed_batches, self.quarantined_events):
             metric.labels(projection)
+        if deduplicates:
+            self.events_beyond_horizon.labels(projection)
 
     def batch_applied(self, projection: str, quarantined: int) -> None:
         self.batches.labels(projection).inc()
         if quarantined:
             self.quarantined_events.labels(projection).inc(quarantined)
         self.last_batch_timestamp.labels(projection).set_to_current_time()
+
+    def refused_beyond_horizon(self, projection: str, count: int) -> None:
+        if count:
+            self.events_beyond_horizon.labels(projection).inc(count)
 
     def batch_failed(self, projection: str) -> None:
         self.failed_batches.labels(projection).inc()

@@ -22,7 +22,7 @@ def refuse_partial_rebuild(
 ) -> None:
     """Raise RefusedError when the replay would rebuild the table from a start other than `earliest`.
 
-    `start_kind` is the kind of starting point `replay.parse_from_offset` found in `spec`.
+    `start_kind` is the kind of starting point `starting_point.parse_from_offset` found in `spec`.
     """
     builds_from_scratch = rebuild if in_place else True
     if start_kind == "earliest" or not builds_from_scratch or allowed:

@@ -15,11 +15,12 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from projections.applier import BatchApplier
-from projections.declaration import Projection, ResolvedPayload
+from projections.declaration import Projection
 from projections.errors import ProjectionError
 from projections.kafka_clients import group_prefix, source_options
 from projections.kinds.base import ensure_table
 from projections.lake import Lake
+from projections.payload import ResolvedPayload
 from projections.settings import Settings
 from projections.txn import checkpoint_app_id
 
@@ -83,7 +84,7 @@ def start(
     else:
         writer = writer.trigger(processingTime=f"{settings.trigger_interval_s} seconds")
     if metrics is not None:
-        metrics.register(projection.name)
+        metrics.register(projection.name, deduplicates=projection.kind.dedup_horizon() is not None)
     query = writer.start()
     log.info(
         "projection started",

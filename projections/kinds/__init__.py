@@ -1,6 +1,6 @@
 """Projection kinds: how a micro-batch of events changes a projection's Delta tables."""
 
-from projections.kinds.base import Batch, Kind
+from projections.kind import Batch, Kind
 from projections.kinds.event_log import EventLog
 from projections.kinds.fold import Event, Fold, FoldFunction, State
 from projections.kinds.history import History

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType, TimestampType
 
-from projections.declaration import DEFAULT_KEY, Projection, ResolvedPayload
 from projections.horizon import DEFAULT_DEDUP_HORIZON, DedupHorizon
-from projections.kinds.base import Batch, Kind
+from projections.kind import Batch, Declaration, Kind
+from projections.payload import DEFAULT_KEY, ResolvedPayload
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", StringType())]))
 
@@ -42,7 +42,7 @@ class EventLog(Kind):
     def dedup_horizon(self) -> DedupHorizon:
         return self.horizon
 
-    def table_schema(self, projection: Projection, payload: ResolvedPayload) -> StructType:
+    def table_schema(self, projection: Declaration, payload: ResolvedPayload) -> StructType:
         fields = [f for f in payload.columns.fields if f.name != DEFAULT_KEY]
         return StructType(
             [

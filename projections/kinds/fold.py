@@ -21,17 +21,11 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
 
-from projections.declaration import (
-    DEFAULT_KEY,
-    RESERVED_COLUMNS,
-    PayloadSchema,
-    Projection,
-    ResolvedPayload,
-    as_struct,
-)
 from projections.errors import DeclarationError, FoldError, RefusedError
-from projections.kinds.base import Batch, Kind, key_field, value_fields
+from projections.kind import Batch, Declaration, Kind
+from projections.kinds.base import key_field, value_fields
 from projections.kinds.touched import target_key, touched_keys
+from projections.payload import DEFAULT_KEY, RESERVED_COLUMNS, PayloadSchema, ResolvedPayload, as_struct
 
 if TYPE_CHECKING:
     from projections.lake import Lake
@@ -69,11 +63,11 @@ class Fold(Kind):
     state: PayloadSchema
     tombstone_retention: timedelta = timedelta(days=7)
 
-    def validate(self, projection: Projection) -> None:
+    def validate(self, projection: Declaration) -> None:
         if not callable(self.function):
             raise DeclarationError(f"projection {projection.name} (fold): function must be callable")
 
-    def state_schema(self, projection: Projection) -> StructType:
+    def state_schema(self, projection: Declaration) -> StructType:
         schema = as_struct(self.state, f"projection {projection.name} (fold): state schema")
         clashes = [n for n in schema.fieldNames() if n in RESERVED_COLUMNS or n == projection.key]
         if clashes:
@@ -83,7 +77,7 @@ class Fold(Kind):
             )
         return schema
 
-    def table_schema(self, projection: Projection, payload: ResolvedPayload) -> StructType:
+    def table_schema(self, projection: Declaration, payload: ResolvedPayload) -> StructType:
         extra = [StructField("aggregate_id", StringType(), True)] if projection.key != DEFAULT_KEY else []
         state = [StructField(f.name, f.dataType, True) for f in self.state_schema(projection).fields]
         return StructType(
@@ -99,7 +93,7 @@ class Fold(Kind):
             ]
         )
 
-    def event_store_schema(self, projection: Projection, payload: ResolvedPayload) -> StructType:
+    def event_store_schema(self, projection: Declaration, payload: ResolvedPayload) -> StructType:
         """The kept events: what a re-fold needs of each, one row per key and seq."""
         extra = [StructField("aggregate_id", StringType(), True)] if projection.key != DEFAULT_KEY else []
         return StructType(
@@ -116,14 +110,14 @@ class Fold(Kind):
         )
 
     def tables(
-        self, projection: Projection, payload: ResolvedPayload, lake: Lake
+        self, projection: Declaration, payload: ResolvedPayload, lake: Lake
     ) -> Mapping[str, StructType]:
         return {
             lake.table(projection.name): self.table_schema(projection, payload),
             lake.staging(projection.name): self.event_store_schema(projection, payload),
         }
 
-    def check_tables(self, session: SparkSession, projection: Projection, lake: Lake) -> None:
+    def check_tables(self, session: SparkSession, projection: Declaration, lake: Lake) -> None:
         from delta.tables import DeltaTable
 
         table, store = lake.table(projection.name), lake.staging(projection.name)

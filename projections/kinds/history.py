@@ -14,10 +14,11 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
 
-from projections.declaration import DEFAULT_KEY, Projection, ResolvedPayload
-from projections.kinds.base import Batch, Kind, key_field, value_fields
+from projections.kind import Batch, Declaration, Kind
+from projections.kinds.base import key_field, value_fields
 from projections.kinds.latest_state import validate_deletes
 from projections.kinds.touched import target_key, touched_keys
+from projections.payload import DEFAULT_KEY, ResolvedPayload
 
 _VERSION_ONLY = ("valid_to_seq", "valid_to", "is_current")
 
@@ -33,10 +34,10 @@ class History(Kind):
     def __post_init__(self) -> None:
         object.__setattr__(self, "deletes", frozenset(self.deletes))
 
-    def validate(self, projection: Projection) -> None:
+    def validate(self, projection: Declaration) -> None:
         validate_deletes(self.name, self.deletes, projection)
 
-    def table_schema(self, projection: Projection, payload: ResolvedPayload) -> StructType:
+    def table_schema(self, projection: Declaration, payload: ResolvedPayload) -> StructType:
         extra = [StructField("aggregate_id", StringType(), True)] if projection.key != DEFAULT_KEY else []
         return StructType(
             [

@@ -31,15 +31,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from projections.declaration import DEFAULT_KEY, Projection, ResolvedPayload
 from projections.errors import DeclarationError
-from projections.kinds.base import Batch, Kind, key_field, value_fields
+from projections.kind import Batch, Declaration, Kind
+from projections.kinds.base import key_field, value_fields
+from projections.payload import DEFAULT_KEY, ResolvedPayload
 
 if TYPE_CHECKING:
     from delta.tables import DeltaMergeBuilder
 
 
-def metadata_fields(projection: Projection) -> list[StructField]:
+def metadata_fields(projection: Declaration) -> list[StructField]:
     """The latest event's identity, carried on each row."""
     extra = [StructField("aggregate_id", StringType(), True)] if projection.key != DEFAULT_KEY else []
     return [
@@ -51,7 +52,7 @@ def metadata_fields(projection: Projection) -> list[StructField]:
     ]
 
 
-def validate_deletes(kind: str, deletes: Iterable[str], projection: Projection) -> None:
+def validate_deletes(kind: str, deletes: Iterable[str], projection: Declaration) -> None:
     unknown = sorted(set(deletes) - set(projection.event_types))
     if unknown and not projection.handles_every_type:
         raise DeclarationError(
@@ -73,10 +74,10 @@ class LatestState(Kind):
     def __post_init__(self) -> None:
         object.__setattr__(self, "deletes", frozenset(self.deletes))
 
-    def validate(self, projection: Projection) -> None:
+    def validate(self, projection: Declaration) -> None:
         validate_deletes(self.name, self.deletes, projection)
 
-    def table_schema(self, projection: Projection, payload: ResolvedPayload) -> StructType:
+    def table_schema(self, projection: Declaration, payload: ResolvedPayload) -> StructType:
         fields = [
             key_field(projection, payload),
             *value_fields(projection, payload),

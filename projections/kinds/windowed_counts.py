@@ -22,10 +22,10 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from projections.declaration import Projection, ResolvedPayload
 from projections.errors import DeclarationError
 from projections.horizon import DEFAULT_DEDUP_HORIZON, DedupHorizon, Floor
-from projections.kinds.base import Batch, Kind
+from projections.kind import Batch, Declaration, Kind
+from projections.payload import ResolvedPayload
 
 if TYPE_CHECKING:
     from projections.lake import Lake
@@ -43,7 +43,7 @@ class WindowedCounts(Kind):
     dimensions: tuple[str, ...] = DIMENSIONS
     horizon: DedupHorizon = DEFAULT_DEDUP_HORIZON
 
-    def validate(self, projection: Projection) -> None:
+    def validate(self, projection: Declaration) -> None:
         if self.horizon.time is None:
             raise DeclarationError(
                 f"projection {projection.name} (windowed_counts): the dedup horizon must be a time "
@@ -57,7 +57,7 @@ class WindowedCounts(Kind):
                 f"{list(DIMENSIONS)}, got {list(self.dimensions)}"
             )
 
-    def table_schema(self, projection: Projection, payload: ResolvedPayload) -> StructType:
+    def table_schema(self, projection: Declaration, payload: ResolvedPayload) -> StructType:
         return StructType(
             [
                 StructField("window_start", TimestampType(), False),
@@ -79,7 +79,7 @@ class WindowedCounts(Kind):
         )
 
     def tables(
-        self, projection: Projection, payload: ResolvedPayload, lake: Lake
+        self, projection: Declaration, payload: ResolvedPayload, lake: Lake
     ) -> Mapping[str, StructType]:
         return {
             lake.table(projection.name): self.table_schema(projection, payload),
@@ -94,7 +94,7 @@ class WindowedCounts(Kind):
             return F.lit(False)
         return F.window("occurred_at", self.window).end <= F.lit(floor.time)
 
-    def prune(self, session: SparkSession, projection: Projection, lake: Lake, floor: Floor) -> int:
+    def prune(self, session: SparkSession, projection: Declaration, lake: Lake, floor: Floor) -> int:
         from delta.tables import DeltaTable
 
         if floor.time is None:

@@ -1,5 +1,6 @@
-"""The bridge's layout: no import circles in `bridge/`, imports made inside functions included (a circle
-hidden behind a function-local import is still a circle), and the pure core imports nothing with I/O."""
+"""The layout: no import circles in `bridge/` or `projections/`, imports made inside functions or only for
+type checking included (a circle hidden behind a function-local or a TYPE_CHECKING import is still a
+circle), and the bridge's pure core imports nothing with I/O."""
 
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ def _modules(package: str) -> dict[str, Path]:
     return modules
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """Every module of the package that `name` imports anywhere, with the packages that imports run."""
+def _imports(name: str, source: str, modules: dict[str, Path]) -> set[str]:
+    """Every module of the package that `name` (its `source`) imports anywhere, with the packages that
+    imports run."""
     named: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             for alias in node.names:
                 child = f"{node.module}.{alias.name}"
@@ -42,14 +44,15 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
 
 def _graph(package: str) -> dict[str, set[str]]:
     modules = _modules(package)
-    return {name: _imports(name, path, modules) for name, path in modules.items()}
+    return {name: _imports(name, path.read_text(), modules) for name, path in modules.items()}
 
 
-def test_the_bridge_has_no_import_circles() -> None:
+@pytest.mark.parametrize("package", ["bridge", "projections"])
+def test_a_package_has_no_import_circles(package: str) -> None:
     try:
-        tuple(TopologicalSorter(_graph("bridge")).static_order())
+        tuple(TopologicalSorter(_graph(package)).static_order())
     except CycleError as exc:
-        pytest.fail(f"import circle in bridge/: {' -> '.join(exc.args[1])}")
+        pytest.fail(f"import circle in {package}/: {' -> '.join(exc.args[1])}")
 
 
 def test_the_core_is_pure() -> None:
@@ -70,3 +73,8 @@ def test_the_check_sees_a_circle() -> None:
     graph["bridge.core.holes"] = graph["bridge.core.holes"] | {"bridge.daemon.loop"}
     with pytest.raises(CycleError):
         tuple(TopologicalSorter(graph).static_order())
+
+
+def test_the_check_sees_an_import_made_only_for_type_checking() -> None:
+    source = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from projections.lake import Lake\n"
+    assert _imports("projections.horizon", source, _modules("projections")) == {"projections.lake"}

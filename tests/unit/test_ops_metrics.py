@@ -37,6 +37,7 @@ PROJECTION_METRICS_AGREED: dict[str, str] = {
     "projection_batches_total": "counter",
     "projection_failed_batches_total": "counter",
     "projection_quarantined_events_total": "counter",
+    "projection_events_beyond_horizon_total": "counter",
     "projection_last_batch_timestamp_seconds": "gauge",
 }
 
@@ -283,3 +284,8 @@ def test_every_alert_has_a_runbook_section_in_operations_md() -> None:
         runbook = rule["annotations"].get("runbook", "")
         assert runbook.startswith("docs/OPERATIONS.md#"), f"{rule['alert']} has no runbook link"
         assert runbook.split("#", 1)[1] in headings, f"{runbook}: no such heading in docs/OPERATIONS.md"
+
+
+def test_operations_names_every_projection_metric() -> None:
+    text = OPERATIONS.read_text()
+    assert [name for name in projection_metrics() if f"`{name}`" not in text] == []

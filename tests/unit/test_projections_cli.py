@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -66,7 +68,7 @@ def test_status_without_progress(tmp_path: Path, capsys: pytest.CaptureFixture[s
     ],
 )
 def test_from_offset_forms(spec: str, kind: str, value: object) -> None:
-    from projections.replay import parse_from_offset
+    from projections.starting_point import parse_from_offset
 
     assert parse_from_offset(spec) == (kind, value)
 
@@ -137,6 +139,20 @@ def test_lock_waits_then_gives_up(tmp_path: Path) -> None:
     waiter.release()
 
 
+@pytest.fixture
+def silent_kafka(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, socket.socket]]:
+    """A listening port that never answers, as the bootstrap servers, and Spark sessions refused: a command
+    that stops before Kafka and Spark leaves the port without a connection (and takes no time waiting)."""
+
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("started a Spark session")
+
+    monkeypatch.setattr("projections.session.build_session", no_spark)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setblocking(False)
+        yield f"127.0.0.1:{listener.getsockname()[1]}", listener
+
+
 @pytest.mark.parametrize(
     ("name", "kind"),
     [
@@ -149,13 +165,22 @@ def test_lock_waits_then_gives_up(tmp_path: Path) -> None:
 )
 @pytest.mark.parametrize("spec", ["seq:1200", "latest", "2026-11-22T10:00:00Z", '{"outbox.event.order":{"0":42}}'])
 def test_replay_into_a_new_table_from_a_later_start_is_refused_naming_kind_start_and_fix(
-    name: str, kind: str, spec: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    name: str,
+    kind: str,
+    spec: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    silent_kafka: tuple[str, socket.socket],
 ) -> None:
-    assert main(["replay", name, "--from-offset", spec, "--lake", str(tmp_path), "--yes"]) == EXIT_REFUSED
+    bootstrap, listener = silent_kafka
+    args = ["replay", name, "--from-offset", spec, "--lake", str(tmp_path), "--bootstrap-servers", bootstrap, "--yes"]
+    assert main(args) == EXIT_REFUSED
     err = capsys.readouterr().err
     assert f"projection {name} ({kind})" in err and f"starting at {spec}" in err
     assert "--in-place" in err and "--from-offset earliest" in err and "--drop-earlier-state" in err
     assert list(tmp_path.iterdir()) == []
+    with pytest.raises(BlockingIOError):  # the refusal came before anything asked Kafka
+        listener.accept()
 
 
 def test_replay_in_place_with_rebuild_from_a_later_start_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from pyspark.sql.types import StructType
 
+from projections.applier import BatchApplier
+from projections.examples import order_events, orders_current
+from projections.lake import Lake
 from projections.metrics import METRIC_NAMES, ProgressListener, ProjectionMetrics, kafka_lag
+from projections.payload import ResolvedPayload
+from projections.progress import BatchStats, read_progress
 
 pytestmark = pytest.mark.unit
 
@@ -22,6 +29,7 @@ def test_metric_names_are_exactly_the_agreed_ones() -> None:
         "projection_batches_total",
         "projection_failed_batches_total",
         "projection_quarantined_events_total",
+        "projection_events_beyond_horizon_total",
         "projection_last_batch_timestamp_seconds",
     )
     exposed = {
@@ -81,3 +89,32 @@ def test_batch_counters() -> None:
     assert sample("projection_quarantined_events_total", {"projection": "p"}) == 3
     assert sample("projection_failed_batches_total", {"projection": "p"}) == 1
     assert sample("projection_last_batch_timestamp_seconds", {"projection": "p"}) > 0
+
+
+def test_events_beyond_the_horizon_are_counted_where_the_progress_record_counts_them(tmp_path: Path) -> None:
+    metrics = ProjectionMetrics()
+    metrics.register(order_events.name, deduplicates=True)
+    metrics.register(orders_current.name)  # keeps no deduplication state, so refuses nothing: no such series
+    lake = Lake(str(tmp_path))
+    applier = BatchApplier(order_events, ResolvedPayload({}, StructType([])), lake, "app", metrics)
+
+    def batch(beyond_horizon: int) -> BatchStats:
+        return BatchStats(next_offsets={"t": {"0": 10}}, rows=5, applied=5 - beyond_horizon, quarantined=0,
+                          ignored=0, min_seq=1, max_seq=5, last_event_time=None, beyond_horizon=beyond_horizon)
+
+    def in_metrics(name: str) -> float | None:
+        return metrics.registry.get_sample_value("projection_events_beyond_horizon_total", {"projection": name})
+
+    def counted() -> tuple[float | None, int | None]:
+        progress = read_progress(lake, order_events.name)
+        return in_metrics(order_events.name), None if progress is None else progress.events_beyond_horizon
+
+    assert counted() == (0, None)
+    applier.record(None, 0, batch(beyond_horizon=2))
+    assert counted() == (2, 2)
+    applier.record(None, 0, batch(beyond_horizon=2))  # Spark runs batch 0 again after a failure
+    assert counted() == (2, 2)
+    applier.record(None, 1, batch(beyond_horizon=0))
+    applier.record(None, 2, batch(beyond_horizon=3))
+    assert counted() == (5, 5)
+    assert in_metrics(orders_current.name) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,3 +74,28 @@ def test_unknown_toml_settings_are_refused(tmp_path: Path) -> None:
 def test_an_empty_variable_is_refused_not_taken_for_the_default(variable: str) -> None:
     with pytest.raises(ConfigurationError, match=f"{variable}.*(is refused|is set but empty).*unset it"):
         load_settings(env={variable: ""})
+
+
+
+def refusal(**arguments: Any) -> str:
+    with pytest.raises(ConfigurationError) as refused:
+        load_settings(**arguments)
+    return str(refused.value)
+
+
+def test_a_value_not_of_its_type_is_named_where_it_came_from(tmp_path: Path) -> None:
+    toml = tmp_path / "p.toml"
+    toml.write_text("max_offsets_per_trigger = 'x'\n")
+    assert refusal(toml_path=toml, env={}) == f"{toml}: max_offsets_per_trigger='x' is not a valid int | None"
+    assert refusal(flags={"trigger_interval_s": "soon"}, env={}) == "--trigger-interval-s='soon' is not a valid float"
+    # A switch takes 1/0, true/false, yes/no or on/off, nothing else pydantic would take (t, y...).
+    assert refusal(env={"PROJECTIONS_FAIL_ON_DATA_LOSS": "t"}) == (
+        "PROJECTIONS_FAIL_ON_DATA_LOSS='t' is not a valid bool"
+    )
+
+
+def test_every_refused_value_is_named_at_once() -> None:
+    assert refusal(env={"PROJECTIONS_METRICS_PORT": "70000", "PROJECTIONS_TRIGGER_INTERVAL_S": "0"}).splitlines() == [
+        "PROJECTIONS_TRIGGER_INTERVAL_S=0.0: must be positive",
+        "PROJECTIONS_METRICS_PORT=70000: use 0 (off) to 65535",
+    ]

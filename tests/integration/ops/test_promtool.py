@@ -258,6 +258,14 @@ SCENARIOS: list[dict[str, Any]] = [
         "series": [("projection_quarantined_events_total", f'{PROJ},projection="orders_latest"', "0 0 3x10")],
         "expect": {"1m": [], "3m": [f'{PROJ},projection="orders_latest"']},
     },
+    {
+        "alert": "ProjectionEventsBeyondHorizon",
+        "series": [
+            ("projection_events_beyond_horizon_total", f'{PROJ},projection="order_events"', "0 0 2x10"),
+            ("projection_events_beyond_horizon_total", f'{PROJ},projection="paid_per_minute"', "0x12"),
+        ],
+        "expect": {"1m": [], "3m": [f'{PROJ},projection="order_events"']},
+    },
 ]
 
 

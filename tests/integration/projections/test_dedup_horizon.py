@@ -11,6 +11,7 @@ from projections import DedupHorizon, EventLog, Projection, WindowedCounts
 from projections.applier import BatchApplier
 from projections.examples import ORDER_EVENTS
 from projections.lake import Lake
+from projections.metrics import ProjectionMetrics
 from projections.progress import read_progress
 from projections.runner import prepare
 from tests.integration.projections.conftest import Harness
@@ -33,8 +34,10 @@ def paid(seq: int, minute: int, event_id: str | None = None) -> OutboxEvent:
     )
 
 
-def applier(harness: Harness, projection: Projection, lake: Lake) -> BatchApplier:
-    return BatchApplier(projection, prepare(harness.spark, projection, lake), lake, app_id="horizon")
+def applier(
+    harness: Harness, projection: Projection, lake: Lake, metrics: ProjectionMetrics | None = None
+) -> BatchApplier:
+    return BatchApplier(projection, prepare(harness.spark, projection, lake), lake, app_id="horizon", metrics=metrics)
 
 
 def test_windowed_counts_keep_a_bounded_staging_set_and_refuse_events_in_closed_windows(
@@ -47,7 +50,8 @@ def test_windowed_counts_keep_a_bounded_staging_set_and_refuse_events_in_closed_
         aggregate_types=("order",),
     )
     lake = harness.lake("lake")
-    counts = applier(harness, projection, lake)
+    metrics = ProjectionMetrics()
+    counts = applier(harness, projection, lake, metrics)
     staging = lake.staging(projection.name)
 
     # Batch b holds three events in minute 5b: the stream's time moves 5 minutes a batch.
@@ -77,13 +81,15 @@ def test_windowed_counts_keep_a_bounded_staging_set_and_refuse_events_in_closed_
     assert (count_of(55), count_of(56)) == (PER_BATCH, 1)
 
     # Behind it: a duplicate from the first window and a never-seen event in a closed window are both
-    # refused, logged and counted in the progress record; the closed windows keep their counts.
+    # refused, logged and counted in the progress record and on /metrics; the closed windows keep their counts.
     with caplog.at_level(logging.WARNING, logger="projections.applier"):
         counts.apply(as_micro_batch(harness.spark, [sent[0][0], paid(101, 5, "evt-late"), paid(102, 57)]), 13)
     assert (count_of(0), count_of(5), count_of(57)) == (PER_BATCH, PER_BATCH, 1)
     progress = read_progress(lake, projection.name)
     assert progress is not None and progress.events_beyond_horizon == 2
     assert progress.last_batch["beyond_horizon"] == 2
+    labels = {"projection": projection.name}
+    assert metrics.registry.get_sample_value("projection_events_beyond_horizon_total", labels) == 2
     refusals = [r for r in caplog.records if "deduplication horizon" in r.getMessage()]
     assert len(refusals) == 1 and getattr(refusals[0], "count", None) == 2
 

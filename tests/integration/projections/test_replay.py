@@ -17,9 +17,13 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from projections import replay
+from projections.errors import RefusedError
 from projections.examples import order_events, orders_current
 from projections.lake import Lake
 from projections.lock import ProjectionLock
+from projections.new_table import replay_into_new_table
+from projections.offset_search import resolve
+from projections.starting_point import EARLIEST
 from tests.integration.projections.conftest import Harness, delta_log, on_topic
 from tests.integration.projections.events import order_lifecycle, produce
 
@@ -86,8 +90,8 @@ def test_replay_from_earliest_builds_beside_the_live_table_and_switches_when_the
             threading.Timer(2.0, instance.release).start()
 
     switch = ProjectionLock(live, orders_current.name)
-    starting = replay.resolve("earliest", projection, harness.settings(live))
-    result = replay.replay_into_new_table(
+    starting = resolve("earliest", projection, harness.settings(live))
+    result = replay_into_new_table(
         harness.spark, projection, harness.settings(live), starting, switch, wait_s=60, announce=announce
     )
     try:
@@ -130,7 +134,7 @@ def test_replay_from_a_time_starts_at_the_first_record_at_or_after_it(harness: H
     cut = datetime.fromtimestamp(cut_ms / 1000, UTC).isoformat()
     lake = harness.lake("from-time")
     projection = on_topic(order_events, topic)
-    starting = replay.resolve(cut, projection, harness.settings(lake))
+    starting = resolve(cut, projection, harness.settings(lake))
     assert starting.kind == "timestamp"
     offsets = json.loads(starting.offsets)[topic]
     where = positions(harness.bootstrap, topic)
@@ -142,7 +146,7 @@ def test_replay_from_a_time_starts_at_the_first_record_at_or_after_it(harness: H
         assert offset < offsets[str(partition)]
 
     with ProjectionLock(lake, order_events.name) as lock:
-        replay.replay_into_new_table(harness.spark, projection, harness.settings(lake), starting, lock, wait_s=30)
+        replay_into_new_table(harness.spark, projection, harness.settings(lake), starting, lock, wait_s=30)
     assert event_ids(harness, lake) == {e.event_id for e in after}
 
 
@@ -156,11 +160,11 @@ def test_replay_from_per_partition_offsets_starts_where_asked(harness: Harness) 
     lake = harness.lake("from-offsets")
     projection = on_topic(order_events, topic)
     # Partition 1 is not named: it starts at the earliest offset.
-    starting = replay.resolve(json.dumps({topic: {"0": start_zero}}), projection, harness.settings(lake))
-    assert json.loads(starting.offsets) == {topic: {"0": start_zero, "1": replay.EARLIEST}}
+    starting = resolve(json.dumps({topic: {"0": start_zero}}), projection, harness.settings(lake))
+    assert json.loads(starting.offsets) == {topic: {"0": start_zero, "1": EARLIEST}}
 
     with ProjectionLock(lake, order_events.name) as lock:
-        replay.replay_into_new_table(harness.spark, projection, harness.settings(lake), starting, lock, wait_s=30)
+        replay_into_new_table(harness.spark, projection, harness.settings(lake), starting, lock, wait_s=30)
     expected = {eid for eid, (partition, offset, _) in where.items() if partition == 1 or offset >= start_zero}
     assert event_ids(harness, lake) == expected
     assert len(expected) < len(events)
@@ -172,13 +176,13 @@ def test_replay_from_a_seq_starts_at_the_first_record_carrying_it(harness: Harne
     from_seq = events[len(events) // 2].seq
     lake = harness.lake("from-seq")
     projection = on_topic(order_events, topic)
-    starting = replay.resolve(f"seq:{from_seq}", projection, harness.settings(lake))
+    starting = resolve(f"seq:{from_seq}", projection, harness.settings(lake))
     with ProjectionLock(lake, order_events.name) as lock:
-        replay.replay_into_new_table(harness.spark, projection, harness.settings(lake), starting, lock, wait_s=30)
+        replay_into_new_table(harness.spark, projection, harness.settings(lake), starting, lock, wait_s=30)
     assert event_ids(harness, lake) == {e.event_id for e in events if e.seq >= from_seq}
 
     # A seq beyond every record starts at the end offsets, so what is published later is still read.
-    beyond = replay.resolve("seq:999999", projection, harness.settings(lake))
+    beyond = resolve("seq:999999", projection, harness.settings(lake))
     where = positions(harness.bootstrap, topic)
     ends = {p: 1 + max(o for q, o, _ in where.values() if q == p) for p in (0, 1)}
     assert json.loads(beyond.offsets)[topic] == {str(p): ends[p] for p in (0, 1)}
@@ -188,10 +192,10 @@ def test_replay_refuses_offsets_of_a_topic_the_projection_does_not_read(harness:
     topic = harness.topic(order_lifecycle(2), partitions=2)
     projection = on_topic(order_events, topic)
     settings = harness.settings(harness.lake("refused"))
-    with pytest.raises(replay.RefusedError, match="does not read"):
-        replay.resolve('{"some.other.topic":{"0":1}}', projection, settings)
-    with pytest.raises(replay.RefusedError, match="partitions 7"):
-        replay.resolve(json.dumps({topic: {"7": 1}}), projection, settings)
+    with pytest.raises(RefusedError, match="does not read"):
+        resolve('{"some.other.topic":{"0":1}}', projection, settings)
+    with pytest.raises(RefusedError, match="partitions 7"):
+        resolve(json.dumps({topic: {"7": 1}}), projection, settings)
 
 
 def test_in_place_replay_resets_the_checkpoint_and_rebuilds_from_the_asked_point(harness: Harness) -> None:
@@ -201,7 +205,7 @@ def test_in_place_replay_resets_the_checkpoint_and_rebuilds_from_the_asked_point
     projection = on_topic(order_events, topic)
     harness.run([order_events], topic, lake)
     from_seq = events[-6].seq
-    starting = replay.resolve(f"seq:{from_seq}", projection, harness.settings(lake))
+    starting = resolve(f"seq:{from_seq}", projection, harness.settings(lake))
     assert replay.reset_in_place(harness.spark, projection, lake, rebuild=True)
     harness.run([order_events], topic, lake, starting_offsets=starting.offsets)
     assert event_ids(harness, lake) == {e.event_id for e in events if e.seq >= from_seq}

@@ -8,10 +8,12 @@ from typing import Any
 from pyspark.sql.types import StructType
 
 from projections.applier import BatchApplier
-from projections.declaration import Projection, ResolvedPayload
+from projections.declaration import Projection
 from projections.examples import order_events, orders_current
-from projections.kinds.base import Batch, Kind, ensure_table
+from projections.kind import Batch, Declaration, Kind
+from projections.kinds.base import ensure_table
 from projections.lake import delete_path, write_text
+from projections.payload import ResolvedPayload
 from projections.runner import prepare
 from projections.txn import APP_ID_FILE, checkpoint_app_id
 from tests.integration.projections.conftest import Harness, on_topic
@@ -24,7 +26,7 @@ class AppendEvents(Kind):
 
     name = "append_events"
 
-    def table_schema(self, projection: Projection, payload: ResolvedPayload) -> StructType:
+    def table_schema(self, projection: Declaration, payload: ResolvedPayload) -> StructType:
         return StructType.fromDDL("event_id STRING, seq BIGINT")
 
     def apply(self, batch: Batch) -> None:

@@ -1,0 +1,116 @@
+"""What every projection kind offers (`Kind`), and what it is given: a micro-batch (`Batch`) and the
+projection's declaration as far as a kind reads it (`Declaration`).
+
+`projections.declaration.Projection` holds a `Kind` and satisfies `Declaration`; the kinds take a
+`Declaration`. So the declaration and the kinds both import this module, and neither imports the other.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from projections.horizon import DedupHorizon, Floor
+from projections.payload import PayloadSchema, ResolvedPayload
+
+if TYPE_CHECKING:
+    from projections.lake import Lake
+    from projections.txn import Txn
+
+
+class Declaration(Protocol):
+    """What a kind reads of a projection's declaration (`projections.declaration.Projection` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def key(self) -> str:
+        """The table's key column: aggregate_id or a payload field."""
+
+    @property
+    def event_types(self) -> Mapping[str, PayloadSchema]:
+        """The handled event types and their payload schemas; empty for every event type."""
+
+    @property
+    def handles_every_type(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One micro-batch, ready to apply: its valid events (never none), where its tables live, its Txn.
+
+    `seq_range` is the lowest and highest seq among the events; kinds keyed by seq use it to let Delta
+    skip files that cannot match.
+    """
+
+    session: SparkSession
+    batch_id: int
+    projection: Declaration
+    payload: ResolvedPayload
+    lake: Lake
+    txn: Txn
+    events: DataFrame
+    seq_range: tuple[int, int]
+
+    @property
+    def table(self) -> str:
+        return self.lake.table(self.projection.name)
+
+
+class Kind(ABC):
+    """A projection kind. Implementations are frozen dataclasses holding the kind's own options."""
+
+    name: ClassVar[str]
+    # What a table built from a starting point later than `earliest` lacks, for the replay's refusal.
+    lost_by_a_later_start: ClassVar[str]
+
+    def validate(self, projection: Declaration) -> None:  # noqa: B027 - most kinds have nothing to check
+        """Raise DeclarationError when the declaration does not suit this kind."""
+
+    @abstractmethod
+    def table_schema(self, projection: Declaration, payload: ResolvedPayload) -> StructType:
+        """The schema of the projection's table."""
+
+    def tables(
+        self, projection: Declaration, payload: ResolvedPayload, lake: Lake
+    ) -> Mapping[str, StructType]:
+        """Every Delta table this kind writes, by path; the runner creates them before the stream starts."""
+        return {lake.table(projection.name): self.table_schema(projection, payload)}
+
+    def check_tables(self, session: SparkSession, projection: Declaration, lake: Lake) -> None:  # noqa: B027
+        """Raise RefusedError when existing tables cannot be continued safely; called before any is created."""
+
+    @abstractmethod
+    def apply(self, batch: Batch) -> None:
+        """Apply the batch's events to the tables, each write inside `batch.txn.applied_once(...)`."""
+
+    def live_rows(self, table: DataFrame) -> DataFrame:
+        """What readers should see of the table (tombstones filtered out, for kinds that keep them)."""
+        return table
+
+    def purge_condition(self) -> str | None:
+        """A SQL predicate selecting rows `maintain` may delete (expired tombstones), or None."""
+        return None
+
+    def dedup_horizon(self) -> DedupHorizon | None:
+        """How far back this kind recognises a duplicate event id, or None when it keeps no such state."""
+        return None
+
+    def beyond_horizon(self, floor: Floor) -> Column:
+        """Which of a batch's events are behind the horizon's floor (they are refused, not applied)."""
+        if floor.seq is not None:
+            return F.col("seq") < F.lit(floor.seq)
+        if floor.time is not None:
+            return F.col("occurred_at") < F.lit(floor.time)
+        return F.lit(False)
+
+    def prune(self, session: SparkSession, projection: Declaration, lake: Lake, floor: Floor) -> int:
+        """Delete deduplication state behind the floor; return the rows deleted."""
+        return 0
