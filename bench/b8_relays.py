@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,7 +45,10 @@ class Lane:
 class Relay(Protocol):
     name: str
 
-    def open(self, row: str, topic_config: dict[str, str] | None = None) -> Lane: ...
+    def open(self, row: str, topic_config: dict[str, str] | None = None,
+             settings: Mapping[str, str] | None = None) -> Lane:
+        """Relay a new database into a new topic (created with `topic_config`); `settings` are the relay's
+        own overrides (Debezium: connector settings; bridge: BRIDGE_* variables)."""
     def check(self) -> None: ...
     def kill(self) -> None: ...
     def restart(self) -> None: ...
@@ -65,7 +69,8 @@ class DebeziumRelay:
         self.lane: Lane | None = None
         self.connector = self.slot = ""
 
-    def open(self, row: str, topic_config: dict[str, str] | None = None) -> Lane:
+    def open(self, row: str, topic_config: dict[str, str] | None = None,
+             settings: Mapping[str, str] | None = None) -> Lane:
         if not self.worker.running():
             self.worker.start(timeout=180)
         url = self.ctx.scratch.database(f"b8_{row}_dbz")
@@ -76,7 +81,7 @@ class DebeziumRelay:
         self.connector, self.slot = f"b8-{row}", f"b8_{row}_{self.ctx.run_id}".lower()
         config = debezium.outbox_connector_config(dbname=self.lane.dbname, host=PG_HOST, port=PG_PORT, slot=self.slot,
                                                   publication=self.slot, topic_prefix=prefix, partitions=PARTITIONS,
-                                                  tuning=self.tuning)
+                                                  tuning={**self.tuning, **(settings or {})})
         self.worker.put_connector(self.connector, config)
         self._wait_running()
         return self.lane
@@ -123,12 +128,14 @@ class BridgeRelay:
         self.process: BridgeProcess | None = None
         self.epoch = self.starts = 0
 
-    def open(self, row: str, topic_config: dict[str, str] | None = None) -> Lane:
+    def open(self, row: str, topic_config: dict[str, str] | None = None,
+             settings: Mapping[str, str] | None = None) -> Lane:
         url = self.ctx.scratch.database(f"b8_{row}_bridge")
         topic = self.ctx.scratch.create_topic(KAFKA1, f"b8-{row}-bridge.{AGGREGATE_TYPE}", PARTITIONS, 1,
                                               topic_config)
         template = self.ctx.scratch.topic(f"b8-{row}-bridge.{{aggregate_type}}")
-        self.env = bridge_env(url, KAFKA1, f"bench-b8-{row}", template, 1, BRIDGE_LEASE_TIMEOUT_S=LEASE_TIMEOUT_S)
+        self.env = bridge_env(url, KAFKA1, f"bench-b8-{row}", template, 1, BRIDGE_LEASE_TIMEOUT_S=LEASE_TIMEOUT_S,
+                              **(settings or {}))
         self.epoch = 0
         lane = Lane(row, url, topic)
         self.restart()

@@ -10,6 +10,9 @@ back from the beginning with a plain consumer once the relay has caught up.
   Debezium publishes in commit order, so it may show some; the bridge publishes in seq order: 0.
 - rollbacks: the same writers, 30% of their transactions rolled back. Lost: a committed event_id not in
   the topic; leaked: a rolled-back event_id in it. Both must be 0 for both relays.
+- latency: open-loop writers (bench/writer.py) at 1,000 and 5,000 events/s for b3_seconds; each event's
+  commit to its record's LogAppendTime, p50/p99 (B3's measure), for the bridge and for Debezium with its
+  default `poll.interval.ms` (500) and tuned (10).
 - crash: a steady writer (as in B4) while the relay process is killed with SIGKILL (the Connect
   worker's JVM; `outbox-bridge run`) and started again, `b8_crashes` times. Lost must be 0; duplicates
   (copies of an event_id beyond the first) are reported per crash.
@@ -21,10 +24,11 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple
 
+from bench.b3_latency import commit_to_append
 from bench.b4_crash import run_for
 from bench.b8_debezium import DEBEZIUM_TUNING, connect
 from bench.b8_relays import BridgeRelay, DebeziumRelay, Lane, Relay
@@ -40,13 +44,19 @@ log = logging.getLogger("bench.b8")
 ORDER_KEYS = 8  # few aggregates, so concurrent transactions keep writing to the same ones
 CRASH_KEYS = 10_000
 ROLLBACK_SHARE = 0.3
+LATENCY_RATES = (1_000, 5_000)
+# Debezium's documented default poll.interval.ms is 500, set explicitly so the row says what it ran.
+LATENCY_VARIANTS: dict[str, dict[str, dict[str, str]]] = {
+    "debezium": {"default": {"poll.interval.ms": "500"}, "tuned": DEBEZIUM_TUNING},
+    "bridge": {"default": {}},
+}
 
 
 class Record(NamedTuple):
     partition: int
     key: bytes
     seq: int
-    index: int  # the event's index, from its event_id (`<prefix>-<index>`)
+    event: int  # the event's index, from its event_id (`<prefix>-<index>`)
 
 
 def read_records(topic: str) -> list[Record]:
@@ -72,7 +82,7 @@ def inversions(records: Iterable[Record]) -> dict[str, int]:
 
 def delivery(records: list[Record], committed: set[int], rolled_back: AbstractSet[int] = frozenset()) -> dict[str, int]:
     """Lost (committed, not in the topic), leaked (rolled back, in the topic) and duplicate copies."""
-    copies = Counter(r.index for r in records)
+    copies = Counter(r.event for r in records)
     return {"records": len(records), "lost": len(committed - copies.keys()), "leaked": len(rolled_back & copies.keys()),
             "duplicates": sum(n - 1 for n in copies.values())}
 
@@ -107,7 +117,9 @@ def crash_row(ctx: Context, relay: Relay) -> dict[str, Any]:
     writer = WriterProcess(lane.dsn, "crash", CRASH_KEYS,
                            Schedule.for_rate(ctx.sizes.b4_rate, 3600, max_tx_per_s=100, writers=1), commits_file)
     watch = TopicWatch(KAFKA1, lane.topic)
-    rng, samples, kills = random.Random(8), [], []
+    rng = random.Random(8)
+    samples: list[tuple[float, int]] = []
+    kills: list[dict[str, Any]] = []
     try:
         for number in range(1, ctx.sizes.b8_crashes + 1):
             ran = rng.uniform(2.0, 5.0)
@@ -134,11 +146,35 @@ def crash_row(ctx: Context, relay: Relay) -> dict[str, Any]:
             "kills": kills}
 
 
+def latency_row(ctx: Context, relay: Relay, rate: int, variant: str, settings: Mapping[str, str]
+                ) -> dict[str, Any]:
+    """Open-loop writers at `rate` for b3_seconds; commit to the record's LogAppendTime, as in B3."""
+    row = f"latency{rate}_{variant}"
+    lane = relay.open(row, {"message.timestamp.type": "LogAppendTime"}, settings)
+    records = ctx.raw(f"commits/b8-{row}-{relay.name}.txt")
+    try:
+        writer = WriterProcess(lane.dsn, row, CRASH_KEYS, Schedule.for_rate(rate, ctx.sizes.b3_seconds), records)
+        written = writer.wait(timeout=ctx.sizes.b3_seconds * 10 + 120)
+        drain(lane.topic, written["events"], timeout=300, check=relay.check)
+    finally:
+        relay.close()
+    measured = commit_to_append(lane.topic, records, row)
+    measured.pop("_histogram")
+    return {"settings": dict(settings), "writer": written, **measured}
+
+
+def latency_rows(ctx: Context, relay: Relay) -> dict[str, Any]:
+    return {str(rate): {variant: latency_row(ctx, relay, rate, variant, settings)
+                        for variant, settings in LATENCY_VARIANTS[relay.name].items()}
+            for rate in LATENCY_RATES}
+
+
 ROWS: dict[str, Callable[[Context, Relay], dict[str, Any]]] = {
     "order": lambda ctx, relay: interleaved_row(ctx, relay, "order", Interleaving()),
     "rollbacks": lambda ctx, relay: interleaved_row(ctx, relay, "rollbacks",
                                                     Interleaving(hold_share=0.02, rollback_share=ROLLBACK_SHARE)),
-    "crash": crash_row,
+    "latency": latency_rows,
+    "crash": crash_row,  # last: it kills the Connect worker
 }
 
 
@@ -158,19 +194,31 @@ def _run_relay(ctx: Context, relay: Relay) -> dict[str, Any]:
     return outcomes
 
 
+def meets_target(rows: dict[str, dict[str, Any]]) -> bool:
+    """The bridge inverts nothing; neither relay loses a committed event or publishes a rolled-back one."""
+    counted = [rows[row][relay] for row in ("order", "rollbacks", "crash") for relay in ("debezium", "bridge")]
+    if any("error" in outcome for outcome in counted):
+        return False
+    return rows["order"]["bridge"]["inversions"] == 0 and not any(o["lost"] or o["leaked"] for o in counted)
+
+
 def run(ctx: Context) -> dict[str, Any]:
     connect.ensure_jars()
     debezium = DebeziumRelay(ctx)
     by_relay = {relay.name: _run_relay(ctx, relay) for relay in (debezium, BridgeRelay(ctx))}
+    rows = {row: {name: outcomes[row] for name, outcomes in by_relay.items()} for row in ROWS}
     return {
+        "target": "bridge: 0 inversions; both relays: 0 lost, 0 rolled-back events published",
+        "meets_target": meets_target(rows),
         "row_seconds": ctx.sizes.b8_row_seconds,
         "order_aggregates": ORDER_KEYS,
         "writers": Interleaving().writers,
         "rollback_share": ROLLBACK_SHARE,
         "crash_writer_rate": ctx.sizes.b4_rate,
+        "latency_seconds": ctx.sizes.b3_seconds,
         "debezium_tuning": dict(DEBEZIUM_TUNING),
         # Debezium confirms its slot's position when the worker commits source offsets: a kill re-sends all
         # it published since the last commit.
         "connect_offset_flush_ms": debezium.worker.offset_flush_ms,
-        "rows": {row: {name: outcomes[row] for name, outcomes in by_relay.items()} for row in ROWS},
+        "rows": rows,
     }

@@ -184,7 +184,27 @@ def _summary(bench: dict[str, Any]) -> str:
                 f"{_n(ours['relay_cpu_s_per_100k'], 2)} CPU s per 100k | Debezium {_n(theirs['events_per_s'])} "
                 f"events/s, {_n(theirs['relay_cpu_s_per_100k'], 2)} CPU s per 100k | ahead of Debezium (aim 2x; "
                 f"got {DASH if ratio is None else f'{ratio:.2f}x'}) | {_verdict(ahead)} |")
+    rows.append(_summary_b8_rows(bench.get("B8-rows")))
     return "\n".join(rows) + "\n"
+
+
+def _summary_b8_rows(b8_rows: dict[str, Any] | None) -> str:
+    label, target = "B8 | order, rollbacks, kill -9", "bridge 0 inversions; both lose and leak 0"
+    problem = _failed(b8_rows)
+    if problem:
+        return f"| {label} | {problem} | | {target} | {DASH} |"
+    assert b8_rows is not None
+
+    def counts(relay: str) -> str:
+        outcomes = [b8_rows["rows"].get(row, {}).get(relay, {}) for row in ("order", "rollbacks", "crash")]
+        if any("error" in o for o in outcomes):
+            return "a row failed"
+        order = outcomes[0]
+        return (f"{order['inversions']:,} inversions, lost {sum(o['lost'] for o in outcomes)}, leaked "
+                f"{outcomes[1]['leaked']}, {_n(outcomes[2]['duplicates_per_crash'])} duplicates per crash")
+
+    return f"| {label} | {counts('bridge')} | Debezium {counts('debezium')} | {target} | " \
+           f"{_verdict(b8_rows.get('meets_target'))} |"
 
 
 def _b1(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
@@ -556,7 +576,41 @@ def _b8_rows(bench: dict[str, Any]) -> str:
         outcomes = rows["rows"].get(row, {})
         lines.append(f"| {label} | {counted} | {_b8_cell(row, outcomes.get('debezium'))} | "
                      f"{_b8_cell(row, outcomes.get('bridge'))} | {target} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *_b8_latency(rows)]) + "\n"
+
+
+def _b8_latency_cell(outcome: dict[str, Any] | None) -> str:
+    problem = _failed(outcome)
+    if problem:
+        return problem
+    assert outcome is not None
+    stats = outcome.get("latency_ms", {})
+    lost = f", lost {outcome['lost']}" if outcome.get("lost") else ""
+    return f"{_n(stats.get('p50'), 1)} / {_n(stats.get('p99'), 1)}{lost}"
+
+
+def _b8_latency(rows: dict[str, Any]) -> list[str]:
+    latency = rows["rows"].get("latency")
+    if not latency:
+        return []
+    dbz, ours = latency.get("debezium", {}), latency.get("bridge", {})
+    lines = [
+        "",
+        f"Latency: open-loop writers (as in B3) for {rows.get('latency_seconds', 0):.0f} s per rate; from each "
+        "event's commit to its record's LogAppendTime, p50 / p99 in ms, the first second excluded. Debezium "
+        "with its default `poll.interval.ms=500` and tuned to 10 ms.",
+        "",
+        "| events/s | Debezium default | Debezium tuned | bridge |",
+        "|---|---|---|---|",
+    ]
+    if "error" in dbz or "error" in ours:
+        return [*lines, f"| all | {_b8_latency_cell(dbz)} | | {_b8_latency_cell(ours)} |"]
+    for rate in sorted(set(dbz) | set(ours), key=int):
+        by_variant = dbz.get(rate, {})
+        lines.append(f"| {int(rate):,} | {_b8_latency_cell(by_variant.get('default'))} | "
+                     f"{_b8_latency_cell(by_variant.get('tuned'))} | "
+                     f"{_b8_latency_cell(ours.get(rate, {}).get('default'))} |")
+    return lines
 
 
 def _record_format(differences: dict[str, str] | None) -> list[str]:

@@ -41,6 +41,7 @@ class Outcome:
     transactions: int = 0
     held: int = 0
     seconds: float = 0.0
+    error: Exception | None = None
 
     def summary(self) -> dict[str, Any]:
         return {"committed_events": len(self.committed), "rolled_back_events": len(self.rolled_back),
@@ -49,6 +50,14 @@ class Outcome:
 
 def _writer(dsn: str, workload: Workload, shape: Interleaving, until: float, indexes: itertools.count[int],
             lock: threading.Lock, rng: random.Random, outcome: Outcome) -> None:
+    try:
+        _transactions(dsn, workload, shape, until, indexes, lock, rng, outcome)
+    except Exception as exc:  # noqa: BLE001 - handed to the harness's thread, which raises it
+        outcome.error = exc
+
+
+def _transactions(dsn: str, workload: Workload, shape: Interleaving, until: float, indexes: itertools.count[int],
+                  lock: threading.Lock, rng: random.Random, outcome: Outcome) -> None:
     with psycopg.connect(dsn) as conn:
         while time.monotonic() < until:
             with lock:
@@ -83,6 +92,8 @@ def write_interleaved(dsn: str, workload: Workload, shape: Interleaving, seconds
         thread.join(seconds + 60)
     total = Outcome(seconds=time.monotonic() - started)
     for part in outcomes:
+        if part.error is not None:
+            raise RuntimeError(f"an interleaving writer failed: {part.error}") from part.error
         total.committed |= part.committed
         total.rolled_back |= part.rolled_back
         total.transactions += part.transactions
