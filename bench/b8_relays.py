@@ -29,7 +29,6 @@ LEASE_TIMEOUT_S = 3  # a restarted bridge waits this long for the killed one's l
 class Lane:
     """One row's database and topic for one relay."""
 
-    row: str
     url: str
     topic: str
 
@@ -77,7 +76,7 @@ class DebeziumRelay:
         prefix = self.ctx.scratch.topic(f"b8-{row}-dbz.")
         topic = self.ctx.scratch.create_topic(KAFKA1, f"b8-{row}-dbz.outbox.event.{AGGREGATE_TYPE}", PARTITIONS, 1,
                                               topic_config)
-        self.lane = Lane(row, url, topic)
+        self.lane = Lane(url, topic)
         self.connector, self.slot = f"b8-{row}", f"b8_{row}_{self.ctx.run_id}".lower()
         config = debezium.outbox_connector_config(dbname=self.lane.dbname, host=PG_HOST, port=PG_PORT, slot=self.slot,
                                                   publication=self.slot, topic_prefix=prefix, partitions=PARTITIONS,
@@ -137,7 +136,7 @@ class BridgeRelay:
         self.env = bridge_env(url, KAFKA1, f"bench-b8-{row}", template, 1, BRIDGE_LEASE_TIMEOUT_S=LEASE_TIMEOUT_S,
                               **(settings or {}))
         self.epoch = 0
-        lane = Lane(row, url, topic)
+        lane = Lane(url, topic)
         self.restart()
         return lane
 

@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import asdict
 from typing import Any, NamedTuple
 
 from bench.b3_latency import commit_to_append
@@ -169,10 +170,11 @@ def latency_rows(ctx: Context, relay: Relay) -> dict[str, Any]:
             for rate in LATENCY_RATES}
 
 
+ORDER = Interleaving()
+ROLLBACKS = Interleaving(hold_share=0.02, rollback_share=ROLLBACK_SHARE)
 ROWS: dict[str, Callable[[Context, Relay], dict[str, Any]]] = {
-    "order": lambda ctx, relay: interleaved_row(ctx, relay, "order", Interleaving()),
-    "rollbacks": lambda ctx, relay: interleaved_row(ctx, relay, "rollbacks",
-                                                    Interleaving(hold_share=0.02, rollback_share=ROLLBACK_SHARE)),
+    "order": lambda ctx, relay: interleaved_row(ctx, relay, "order", ORDER),
+    "rollbacks": lambda ctx, relay: interleaved_row(ctx, relay, "rollbacks", ROLLBACKS),
     "latency": latency_rows,
     "crash": crash_row,  # last: it kills the Connect worker
 }
@@ -212,8 +214,8 @@ def run(ctx: Context) -> dict[str, Any]:
         "meets_target": meets_target(rows),
         "row_seconds": ctx.sizes.b8_row_seconds,
         "order_aggregates": ORDER_KEYS,
-        "writers": Interleaving().writers,
-        "rollback_share": ROLLBACK_SHARE,
+        "order_writers": asdict(ORDER),
+        "rollbacks_writers": asdict(ROLLBACKS),
         "crash_writer_rate": ctx.sizes.b4_rate,
         "latency_seconds": ctx.sizes.b3_seconds,
         "debezium_tuning": dict(DEBEZIUM_TUNING),

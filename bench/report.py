@@ -553,13 +553,15 @@ def _b8_rows(bench: dict[str, Any]) -> str:
     if problem:
         return "\n".join([*lines, f"{problem[0].upper()}{problem[1:]}."]) + "\n"
     assert rows is not None
+    order, rollbacks = rows["order_writers"], rows["rollbacks_writers"]
     lines += [
         f"Each row has its own database and topic per relay; Debezium runs first (`poll.interval.ms` "
         f"{rows['debezium_tuning'].get('poll.interval.ms', 'default')}), the bridge after, and each topic is read "
-        f"back from the beginning with a plain consumer. Order and rollbacks: {rows['writers']} connections for "
-        f"{rows['row_seconds']:.0f} s inserting 1 to 4 events per transaction for the same "
-        f"{rows['order_aggregates']} aggregates without locking them, 10% of transactions (2% with rollbacks) held "
-        f"open 0.5 s before they end; rollbacks rolls back {rows['rollback_share']:.0%}. An inversion is a record "
+        f"back from the beginning with a plain consumer. Order and rollbacks: {order['writers']} connections for "
+        f"{rows['row_seconds']:.0f} s inserting 1 to {order['most_events_per_tx']} events per transaction for the "
+        f"same {rows['order_aggregates']} aggregates without locking them, {order['hold_share']:.0%} of "
+        f"transactions ({rollbacks['hold_share']:.0%} in rollbacks) held open {order['hold_s']} s before they end; "
+        f"rollbacks rolls back {rollbacks['rollback_share']:.0%} of its transactions. An inversion is a record "
         "whose `seq` is below an earlier record's of the same key in the same partition. Crash: a writer at "
         f"{rows['crash_writer_rate']:,} events/s while the relay process (the Connect worker's JVM; "
         "`outbox-bridge run`) is killed with SIGKILL and started again; a duplicate is a copy of an event_id "

@@ -48,33 +48,44 @@ class Outcome:
                 "transactions": self.transactions, "held_open": self.held, "write_s": round(self.seconds, 2)}
 
 
-def _writer(dsn: str, workload: Workload, shape: Interleaving, until: float, indexes: itertools.count[int],
-            lock: threading.Lock, rng: random.Random, outcome: Outcome) -> None:
-    try:
-        _transactions(dsn, workload, shape, until, indexes, lock, rng, outcome)
-    except Exception as exc:  # noqa: BLE001 - handed to the harness's thread, which raises it
-        outcome.error = exc
+@dataclass
+class _Writer:
+    """One writer thread's connection loop; an exception is kept for the harness to raise."""
 
+    dsn: str
+    workload: Workload
+    shape: Interleaving
+    until: float
+    indexes: itertools.count[int]
+    lock: threading.Lock
+    rng: random.Random
+    outcome: Outcome
 
-def _transactions(dsn: str, workload: Workload, shape: Interleaving, until: float, indexes: itertools.count[int],
-                  lock: threading.Lock, rng: random.Random, outcome: Outcome) -> None:
-    with psycopg.connect(dsn) as conn:
-        while time.monotonic() < until:
-            with lock:
-                mine = [next(indexes) for _ in range(rng.randint(1, shape.most_events_per_tx))]
-            for n in mine:
-                conn.execute(_INSERT, workload.row(n), prepare=True)
-                time.sleep(rng.uniform(0, 0.002))  # let the other writers' INSERTs in between
-            if rng.random() < shape.hold_share:
-                outcome.held += 1
-                time.sleep(shape.hold_s)
-            if rng.random() < shape.rollback_share:
-                conn.rollback()
-                outcome.rolled_back.update(mine)
-            else:
-                conn.commit()
-                outcome.committed.update(mine)
-            outcome.transactions += 1
+    def run(self) -> None:
+        try:
+            self._transactions()
+        except Exception as exc:  # noqa: BLE001 - handed to the harness's thread, which raises it
+            self.outcome.error = exc
+
+    def _transactions(self) -> None:
+        rng, shape, outcome = self.rng, self.shape, self.outcome
+        with psycopg.connect(self.dsn) as conn:
+            while time.monotonic() < self.until:
+                with self.lock:
+                    mine = [next(self.indexes) for _ in range(rng.randint(1, shape.most_events_per_tx))]
+                for n in mine:
+                    conn.execute(_INSERT, self.workload.row(n), prepare=True)
+                    time.sleep(rng.uniform(0, 0.002))  # let the other writers' INSERTs in between
+                if rng.random() < shape.hold_share:
+                    outcome.held += 1
+                    time.sleep(shape.hold_s)
+                if rng.random() < shape.rollback_share:
+                    conn.rollback()
+                    outcome.rolled_back.update(mine)
+                else:
+                    conn.commit()
+                    outcome.committed.update(mine)
+                outcome.transactions += 1
 
 
 def write_interleaved(dsn: str, workload: Workload, shape: Interleaving, seconds: float, seed: int = 8) -> Outcome:
@@ -82,10 +93,9 @@ def write_interleaved(dsn: str, workload: Workload, shape: Interleaving, seconds
     indexes, lock = itertools.count(), threading.Lock()
     outcomes = [Outcome() for _ in range(shape.writers)]
     started = time.monotonic()
-    threads = [threading.Thread(target=_writer, name=f"tx-writer-{w}",
-                                args=(dsn, workload, shape, started + seconds, indexes, lock,
-                                      random.Random(seed * 100 + w), outcomes[w]))
-               for w in range(shape.writers)]
+    writers = [_Writer(dsn, workload, shape, started + seconds, indexes, lock, random.Random(seed * 100 + w),
+                       outcomes[w]) for w in range(shape.writers)]
+    threads = [threading.Thread(target=writer.run, name=f"tx-writer-{n}") for n, writer in enumerate(writers)]
     for thread in threads:
         thread.start()
     for thread in threads:
