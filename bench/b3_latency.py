@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+from pathlib import Path
 from typing import Any
 
 from bench.backlog import PARTITIONS
@@ -65,6 +66,11 @@ def latency_run(ctx: Context, label: str, rate: int, seconds: float, settings: d
             watch.close()
     finally:
         bridge.stop()
+    return {"offered_rate": rate, "writer": written, **commit_to_append(topic, records, label)}
+
+
+def commit_to_append(topic: str, records: Path, label: str) -> dict[str, Any]:
+    """Each event's latency from its commit (the writer's record file) to its record's LogAppendTime."""
     commits = read_commits(records)
     first_commit = min(commits.values())
     latencies_ms: list[float] = []
@@ -80,8 +86,6 @@ def latency_run(ctx: Context, label: str, rate: int, seconds: float, settings: d
     stats = {k: round(v, 1) for k, v in percentiles(latencies_ms).items()}
     lost = sorted(set(commits) - published)
     return {
-        "offered_rate": rate,
-        "writer": written,
         "latency_ms": stats,
         "events_measured": len(latencies_ms),
         "lost": len(lost),

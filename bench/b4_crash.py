@@ -15,6 +15,7 @@ import random
 import time
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from bench.backlog import PARTITIONS
@@ -33,11 +34,12 @@ LEASE_TIMEOUT_S = 3  # a restarted instance waits this long for the killed one's
 KEYS = 10_000
 
 
-def _run_for(bridge: BridgeProcess, watch: TopicWatch, seconds: float, samples: list[tuple[float, int]]) -> None:
-    """Let the bridge work for `seconds`, sampling the topic's count every 0.2 s."""
+def run_for(check: Callable[[], None], watch: TopicWatch, seconds: float, samples: list[tuple[float, int]]
+            ) -> None:
+    """Let the relay work for `seconds`, sampling the topic's count every 0.2 s; `check` raises if it died."""
     until = time.monotonic() + seconds
     while time.monotonic() < until:
-        bridge.check_running()
+        check()
         samples.append((time.monotonic(), watch.count()))
         time.sleep(0.2)
 
@@ -70,7 +72,7 @@ def run(ctx: Context) -> dict[str, Any]:
             epoch = bridge.wait_leading(after_epoch=epoch, timeout=60)
             resumed_from = bridge.watermark()
             ran = rng.uniform(2.0, 5.0)
-            _run_for(bridge, watch, ran, samples)
+            run_for(bridge.check_running, watch, ran, samples)
             acks_last_second = _acks_in_last_second(samples)
             bridge.kill()
             kills.append({"crash": number, "resumed_from": resumed_from, "ran_s": round(ran, 2),

@@ -14,6 +14,8 @@ Debezium's phases first (its worker is then stopped), the bridge's after. Per re
 - restart: the relay stopped (SIGTERM), N rows written, the relay started again (a new JVM for Debezium):
   the first N events after the restart, and the time from the start to the first record.
 
+Order, rollbacks and crashes are B8-rows (bench/b8_rows.py), run for both relays right after.
+
 A phase's rate is records acknowledged per second between the first sample that sees a new record and the
 sample that sees all N (topic high watermarks, every 0.1 s), as in B1.
 """
@@ -124,7 +126,7 @@ def _load_concurrently(url: str, start: int, events: int) -> tuple[threading.Thr
     return thread, outcome
 
 
-def _walsender_pid(url: str, slot: str) -> int | None:
+def walsender_pid(url: str, slot: str) -> int | None:
     with psycopg.connect(pg_dsn(url.rsplit("/", 1)[1]), autocommit=True) as conn:
         row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
     return int(row[0]) if row and row[0] is not None else None
@@ -156,8 +158,8 @@ def run_debezium(ctx: Context, events: int) -> dict[str, Any]:
         result["kafka_connect_version"] = worker.request("GET", "/")["version"]
         worker.put_connector(CONNECTOR, config)
         worker.wait_state(CONNECTOR, "RUNNING", timeout=120)
-        _wait_slot_active(url, slot)
-        relay, walsender = worker.pid, (lambda: _walsender_pid(url, slot))
+        wait_slot_active(url, slot)
+        relay, walsender = worker.pid, (lambda: walsender_pid(url, slot))
         written = 0
 
         def backlog(label: str) -> dict[str, Any]:
@@ -212,9 +214,9 @@ def _alive(worker: connect.ConnectWorker) -> Callable[[], None]:
     return check
 
 
-def _wait_slot_active(url: str, slot: str, timeout: float = 120) -> None:
+def wait_slot_active(url: str, slot: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
-    while _walsender_pid(url, slot) is None:
+    while walsender_pid(url, slot) is None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"Debezium's slot {slot} was not active within {timeout:.0f}s")
         time.sleep(0.2)

@@ -32,6 +32,8 @@ class Sizes:
     b6_rate: int
     b7_small_events: int
     b8_events: int
+    b8_crashes: int
+    b8_row_seconds: float
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,6 +56,8 @@ FULL = Sizes(
     b6_rate=1_000,
     b7_small_events=100_000,
     b8_events=1_000_000,
+    b8_crashes=10,
+    b8_row_seconds=30.0,
 )
 
 QUICK = Sizes(
@@ -73,6 +77,8 @@ QUICK = Sizes(
     b6_rate=1_000,
     b7_small_events=10_000,
     b8_events=5_000,
+    b8_crashes=2,
+    b8_row_seconds=5.0,
 )
 
 

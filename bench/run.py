@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, str] = {
     "B5": "bench.b5_projection",
     "B6": "bench.b6_end_to_end",
     "B8": "bench.b8_debezium",
+    "B8-rows": "bench.b8_rows",
 }
 
 

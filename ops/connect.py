@@ -241,6 +241,11 @@ class ConnectWorker:
         pid = localstack.read_pid(self.pid_file)
         if pid is not None:
             localstack.stop_pid(pid, self.marker, kill=kill, timeout=timeout)
+            # The JVM's main thread can be gone (a zombie, which pid_alive counts as stopped) while its other
+            # threads are still exiting with the REST socket open: a worker started at once could not bind it.
+            deadline = time.monotonic() + timeout
+            while localstack.port_open(self.rest_port) and time.monotonic() < deadline:
+                time.sleep(0.1)
         self.pid_file.unlink(missing_ok=True)
 
     def delete_internal_topics(self) -> None:
