@@ -125,7 +125,13 @@ class BatchApplier:
                         events=events,
                         seq_range=seq_range,
                     )
-                    self.projection.kind.apply(batch)
+                    refused = self.projection.kind.apply(batch)
+                    if refused:
+                        stats = dataclasses.replace(
+                            stats,
+                            applied=stats.applied - refused,
+                            beyond_horizon=stats.beyond_horizon + refused,
+                        )
                 if horizon is not None and floor is not None and horizon.prunes_after(batch_id):
                     self._prune(session, horizon, floor, batch_id)
             self.record(session, batch_id, stats)

@@ -88,8 +88,10 @@ class Kind(ABC):
         """Raise RefusedError when existing tables cannot be continued safely; called before any is created."""
 
     @abstractmethod
-    def apply(self, batch: Batch) -> None:
-        """Apply the batch's events to the tables, each write inside `batch.txn.applied_once(...)`."""
+    def apply(self, batch: Batch) -> int:
+        """Apply the batch's events to the tables, each write inside `batch.txn.applied_once(...)`.
+
+        Return how many of them the kind refused rather than applied (counted as beyond the horizon)."""
 
     def live_rows(self, table: DataFrame) -> DataFrame:
         """What readers should see of the table (tombstones filtered out, for kinds that keep them)."""

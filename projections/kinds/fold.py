@@ -131,7 +131,7 @@ class Fold(Kind):
                 f"`outbox-projections replay {projection.name} --from-offset earliest --yes`"
             )
 
-    def apply(self, batch: Batch) -> None:
+    def apply(self, batch: Batch) -> int:
         from delta.tables import DeltaTable
 
         projection, key, session = batch.projection, batch.projection.key, batch.session
@@ -204,6 +204,7 @@ class Fold(Kind):
         )
         with batch.txn.applied_once(session):
             merge.execute()
+        return 0
 
     def live_rows(self, table: DataFrame) -> DataFrame:
         return table.where(~F.col("is_deleted"))

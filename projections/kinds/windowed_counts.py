@@ -106,7 +106,7 @@ class WindowedCounts(Kind):
         metrics = staging.history(1).select("operationMetrics").first()
         return int((metrics[0] if metrics else {}).get("numDeletedRows", 0) or 0)
 
-    def apply(self, batch: Batch) -> None:
+    def apply(self, batch: Batch) -> int:
         from delta.tables import DeltaTable
 
         session, staging_path = batch.session, batch.lake.staging(batch.projection.name)
@@ -147,3 +147,4 @@ class WindowedCounts(Kind):
         )
         with batch.txn.applied_once(session):
             recount.execute()
+        return 0
