@@ -202,7 +202,7 @@ class BatchApplier:
         return kept, _seq_range(kept), refused
 
     def _prune(self, session: Any, horizon: DedupHorizon, floor: Floor, batch_id: int) -> None:
-        pruned = self.projection.kind.prune(session, self.projection, self.lake, floor)
+        pruned = self.projection.kind.prune(session, self.projection, self.payload, self.lake, floor)
         if not pruned:
             return
         log.info(

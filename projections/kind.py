@@ -87,6 +87,11 @@ class Kind(ABC):
     def check_tables(self, session: SparkSession, projection: Declaration, lake: Lake) -> None:  # noqa: B027
         """Raise RefusedError when existing tables cannot be continued safely; called before any is created."""
 
+    def upgrade_tables(  # noqa: B027 - most kinds' tables have had one schema only
+        self, session: SparkSession, projection: Declaration, payload: ResolvedPayload, lake: Lake
+    ) -> None:
+        """Bring existing tables written by an earlier version to this one's schema; called once they exist."""
+
     @abstractmethod
     def apply(self, batch: Batch) -> int:
         """Apply the batch's events to the tables, each write inside `batch.txn.applied_once(...)`.
@@ -113,6 +118,8 @@ class Kind(ABC):
             return F.col("occurred_at") < F.lit(floor.time)
         return F.lit(False)
 
-    def prune(self, session: SparkSession, projection: Declaration, lake: Lake, floor: Floor) -> int:
+    def prune(
+        self, session: SparkSession, projection: Declaration, payload: ResolvedPayload, lake: Lake, floor: Floor
+    ) -> int:
         """Delete deduplication state behind the floor; return the rows deleted."""
         return 0

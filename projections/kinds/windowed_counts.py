@@ -94,7 +94,9 @@ class WindowedCounts(Kind):
             return F.lit(False)
         return F.window("occurred_at", self.window).end <= F.lit(floor.time)
 
-    def prune(self, session: SparkSession, projection: Declaration, lake: Lake, floor: Floor) -> int:
+    def prune(
+        self, session: SparkSession, projection: Declaration, payload: ResolvedPayload, lake: Lake, floor: Floor
+    ) -> int:
         from delta.tables import DeltaTable
 
         if floor.time is None:
