@@ -4,7 +4,7 @@ Declare a `Projection` (name, source topics, event types with payload schemas, k
 `PROJECTIONS`; `outbox-projections run NAME` (or `runner.start`) reads Kafka with headers, parses payloads,
 sets bad events aside in a quarantine table and applies the rest with the kind's guarded MERGE, each
 micro-batch once (Delta txnAppId/txnVersion). Kinds: `LatestState`, `EventLog`, `History`, `Fold`,
-`WindowedCounts`; `DedupHorizon` bounds what the deduplicating kinds keep.
+`WindowedCounts`; `DedupHorizon` bounds what the deduplicating kinds and `Fold` keep.
 """
 
 from projections.declaration import Projection

@@ -125,7 +125,13 @@ class BatchApplier:
                         events=events,
                         seq_range=seq_range,
                     )
-                    self.projection.kind.apply(batch)
+                    refused = self.projection.kind.apply(batch)
+                    if refused:
+                        stats = dataclasses.replace(
+                            stats,
+                            applied=stats.applied - refused,
+                            beyond_horizon=stats.beyond_horizon + refused,
+                        )
                 if horizon is not None and floor is not None and horizon.prunes_after(batch_id):
                     self._prune(session, horizon, floor, batch_id)
             self.record(session, batch_id, stats)
@@ -196,7 +202,7 @@ class BatchApplier:
         return kept, _seq_range(kept), refused
 
     def _prune(self, session: Any, horizon: DedupHorizon, floor: Floor, batch_id: int) -> None:
-        pruned = self.projection.kind.prune(session, self.projection, self.lake, floor)
+        pruned = self.projection.kind.prune(session, self.projection, self.payload, self.lake, floor)
         if not pruned:
             return
         log.info(

@@ -1,10 +1,11 @@
 """The deduplication horizon: how far behind the stream's high-water mark a duplicate is still recognised.
 
 Kinds that deduplicate by event id (`EventLog`, `WindowedCounts`) keep what they need for it only within
-the horizon, so that state stops growing with the stream. The horizon trails the highest seq or the latest
-event time the projection applied before the batch at hand (its progress record, which only moves
-forward), never the wall clock: a replay from earliest walks the horizon along with it. An event that falls
-behind the horizon's floor can no longer be told apart from a duplicate, so it is refused: not applied,
+the horizon, and `Fold` keeps its events for re-folds only within it, so that state stops growing with the
+stream. The horizon trails the highest seq or the latest event time the projection applied before the
+batch at hand (its progress record, which only moves forward), never the wall clock: a replay from
+earliest walks the horizon along with it. An event that falls behind the horizon's floor can no longer be
+told apart from a duplicate (or, for `Fold`, be folded in seq order), so it is refused: not applied,
 logged and counted (`events_beyond_horizon` in the progress record), rather than applied again.
 """
 

@@ -87,9 +87,16 @@ class Kind(ABC):
     def check_tables(self, session: SparkSession, projection: Declaration, lake: Lake) -> None:  # noqa: B027
         """Raise RefusedError when existing tables cannot be continued safely; called before any is created."""
 
+    def upgrade_tables(  # noqa: B027 - most kinds' tables have had one schema only
+        self, session: SparkSession, projection: Declaration, payload: ResolvedPayload, lake: Lake
+    ) -> None:
+        """Bring existing tables written by an earlier version to this one's schema; called once they exist."""
+
     @abstractmethod
-    def apply(self, batch: Batch) -> None:
-        """Apply the batch's events to the tables, each write inside `batch.txn.applied_once(...)`."""
+    def apply(self, batch: Batch) -> int:
+        """Apply the batch's events to the tables, each write inside `batch.txn.applied_once(...)`.
+
+        Return how many of them the kind refused rather than applied (counted as beyond the horizon)."""
 
     def live_rows(self, table: DataFrame) -> DataFrame:
         """What readers should see of the table (tombstones filtered out, for kinds that keep them)."""
@@ -111,6 +118,8 @@ class Kind(ABC):
             return F.col("occurred_at") < F.lit(floor.time)
         return F.lit(False)
 
-    def prune(self, session: SparkSession, projection: Declaration, lake: Lake, floor: Floor) -> int:
+    def prune(
+        self, session: SparkSession, projection: Declaration, payload: ResolvedPayload, lake: Lake, floor: Floor
+    ) -> int:
         """Delete deduplication state behind the floor; return the rows deleted."""
         return 0

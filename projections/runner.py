@@ -42,6 +42,7 @@ def prepare(spark: SparkSession, projection: Projection, lake: Lake) -> Resolved
     projection.kind.check_tables(spark, projection, lake)
     for path, schema in projection.kind.tables(projection, payload, lake).items():
         ensure_table(spark, path, schema, f"projection {projection.name} ({projection.kind.name})")
+    projection.kind.upgrade_tables(spark, projection, payload, lake)
     return payload
 
 

@@ -53,7 +53,7 @@ class EventLog(Kind):
             ]
         )
 
-    def apply(self, batch: Batch) -> None:
+    def apply(self, batch: Batch) -> int:
         from delta.tables import DeltaTable
 
         schema = self.table_schema(batch.projection, batch.payload)
@@ -64,3 +64,4 @@ class EventLog(Kind):
         merge = DeltaTable.forPath(batch.session, batch.table).alias("t").merge(source.alias("s"), condition)
         with batch.txn.applied_once(batch.session):
             merge.whenNotMatchedInsertAll().execute()
+        return 0

@@ -55,7 +55,7 @@ class History(Kind):
             ]
         )
 
-    def apply(self, batch: Batch) -> None:
+    def apply(self, batch: Batch) -> int:
         from delta.tables import DeltaTable
 
         key = batch.projection.key
@@ -95,6 +95,7 @@ class History(Kind):
         )
         with batch.txn.applied_once(batch.session):
             merge.execute()
+        return 0
 
 
 def _timeline(versions: DataFrame, key: str) -> DataFrame:

@@ -91,7 +91,7 @@ class LatestState(Kind):
             ]
         return StructType(fields)
 
-    def apply(self, batch: Batch) -> None:
+    def apply(self, batch: Batch) -> int:
         from delta.tables import DeltaTable
 
         projection = batch.projection
@@ -115,6 +115,7 @@ class LatestState(Kind):
             merge = merge.whenMatchedUpdateAll(condition="s.seq > t.seq").whenNotMatchedInsertAll()
         with batch.txn.applied_once(batch.session):
             merge.execute()
+        return 0
 
     def live_rows(self, table: DataFrame) -> DataFrame:
         return table.where(~F.col("is_deleted"))

@@ -94,7 +94,9 @@ class WindowedCounts(Kind):
             return F.lit(False)
         return F.window("occurred_at", self.window).end <= F.lit(floor.time)
 
-    def prune(self, session: SparkSession, projection: Declaration, lake: Lake, floor: Floor) -> int:
+    def prune(
+        self, session: SparkSession, projection: Declaration, payload: ResolvedPayload, lake: Lake, floor: Floor
+    ) -> int:
         from delta.tables import DeltaTable
 
         if floor.time is None:
@@ -106,7 +108,7 @@ class WindowedCounts(Kind):
         metrics = staging.history(1).select("operationMetrics").first()
         return int((metrics[0] if metrics else {}).get("numDeletedRows", 0) or 0)
 
-    def apply(self, batch: Batch) -> None:
+    def apply(self, batch: Batch) -> int:
         from delta.tables import DeltaTable
 
         session, staging_path = batch.session, batch.lake.staging(batch.projection.name)
@@ -147,3 +149,4 @@ class WindowedCounts(Kind):
         )
         with batch.txn.applied_once(session):
             recount.execute()
+        return 0

@@ -47,8 +47,10 @@ def row(
     applied: int | None = None,
     deleted: bool = False,
     refold: bool = False,
+    base: dict[str, Any] | bool | None = False,
     **payload: Any,
 ) -> Row:
+    """One row as the folder gets it; `base` (a state, or None for a deleted one) makes it a base row."""
     values = {"customer": None, "amount": None, "currency": None, "carrier": None, "reason": None, **payload}
     return Row(
         order_id="o1",
@@ -63,6 +65,8 @@ def row(
         _applied_seq=applied,
         _deleted=deleted,
         _refold=refold,
+        _base=base is not False,
+        _base_state=Row(**{n: base.get(n) for n in STATE}) if isinstance(base, dict) else None,
     )
 
 
@@ -142,3 +146,50 @@ def test_none_deletes_and_a_deleted_key_starts_again_from_none() -> None:
 def test_unknown_state_fields_are_an_error_naming_key_and_seq() -> None:
     with pytest.raises(FoldError, match="'o1' at seq 1"):
         folder(lambda state, event: {"colour": "red"})(("o1", [row(1, "OrderPlaced")]))
+
+
+PAID = {"status": "paid", "customer": "c", "amount": Decimal(5), "currency": "EUR", "paid": Decimal(5), "events": 2}
+
+
+def test_a_refold_starts_from_the_keys_base_and_folds_only_the_events_after_it() -> None:
+    rows = [
+        row(7, "OrderShipped", refold=True, carrier="ups"),
+        row(4, "OrderPaid", refold=True, base=PAID),
+    ]
+    out = folded(rows)
+    assert (out["status"], out["events"], out["customer"], out["carrier"], out["seq"]) == (
+        "shipped",
+        3,
+        "c",
+        "ups",
+        7,
+    )
+
+
+def test_a_base_holding_none_folds_on_from_none() -> None:
+    seen: list[State | None] = []
+
+    def record(state: State | None, event: Event) -> State | None:
+        seen.append(state)
+        return {"status": event.event_type}
+
+    out = folded([row(5, "OrderPlaced", refold=True), row(4, "OrderCancelled", refold=True, base=None)], record)
+    assert seen == [None] and (out["status"], out["is_deleted"]) == ("OrderPlaced", False)
+
+
+def test_a_base_is_the_compacted_rows_folded_in_seq_order_from_the_older_base() -> None:
+    compacted = [
+        row(6, "OrderShipped", carrier="dhl"),
+        row(4, "OrderPaid", base=PAID),
+        row(5, "OrderPaid", amount=Decimal(7)),
+    ]
+    key, seq, state = folder().base(("o1", compacted))
+    assert (key, seq) == ("o1", 6)
+    assert state == ("shipped", "c", Decimal(5), "EUR", Decimal(7), "dhl", 4)
+
+
+def test_a_base_of_a_deleted_key_holds_none() -> None:
+    def delete_on_cancel(state: State | None, event: Event) -> State | None:
+        return None if event.event_type == "OrderCancelled" else {"status": "x", "events": 1}
+
+    assert folder(delete_on_cancel).base(("o1", [row(1, "OrderPlaced"), row(2, "OrderCancelled")])) == ("o1", 2, None)

@@ -29,9 +29,10 @@ class AppendEvents(Kind):
     def table_schema(self, projection: Declaration, payload: ResolvedPayload) -> StructType:
         return StructType.fromDDL("event_id STRING, seq BIGINT")
 
-    def apply(self, batch: Batch) -> None:
+    def apply(self, batch: Batch) -> int:
         frame = batch.events.select("event_id", "seq")
         frame.write.format("delta").mode("append").options(**batch.txn.writer_options()).save(batch.table)
+        return 0
 
 
 appended = Projection(
