@@ -39,7 +39,7 @@ def test_crash_after_delta_commit_then_restart_matches_uninterrupted_run(
     harness.run(crashing, topic, reference)
 
     # Small batches; the driver "dies" at batch 1 after writing the tables, before the checkpoint commit.
-    record = BatchApplier._record
+    record = BatchApplier.record
     crashed: set[str] = set()
 
     def record_or_crash(self: BatchApplier, session: Any, batch_id: int, stats: Any) -> None:
@@ -48,7 +48,7 @@ def test_crash_after_delta_commit_then_restart_matches_uninterrupted_run(
             raise Crash(f"{self.projection.name} dies after the Delta commit of batch 1")
         record(self, session, batch_id, stats)
 
-    monkeypatch.setattr(BatchApplier, "_record", record_or_crash)
+    monkeypatch.setattr(BatchApplier, "record", record_or_crash)
     queries = [
         runner.start(
             harness.spark, on_topic(p, topic), harness.settings(interrupted, max_offsets_per_trigger=6)
