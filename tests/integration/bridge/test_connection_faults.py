@@ -25,6 +25,8 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
+from bridge.core.watermark import AckTracker
+from bridge.kafka.publisher import KafkaPublisher
 from bridge.migrate import upgrade
 from tests.faultproxy import Cut, FaultProxy, Moment
 from tests.support import (
@@ -80,6 +82,8 @@ class Run:
     records: list[Any]
     watermarks: list[int]
     holes_settled: int
+    reports: list[tuple[int, int, str | None, int, int]]
+    tracked: list[int]
 
 @contextmanager
 def _sampling_watermark(url: str, bridge_name: str, every_s: float = 0.1) -> Iterator[list[int]]:
@@ -101,6 +105,57 @@ def _sampling_watermark(url: str, bridge_name: str, every_s: float = 0.1) -> Ite
         samples.append(persisted_watermark(url, bridge_name))
 
 
+@contextmanager
+def _recording_deliveries() -> Iterator[tuple[list[tuple[int, int, str | None, int, int]], list[int]]]:
+    """Every delivery report the bridge's producers give, as (seq, generation, error, partition, offset),
+    and every seq the daemon tracked as sent: when an event is lost, they say whether the bridge sent it,
+    whether Kafka acknowledged it, and where Kafka put it."""
+    reports: list[tuple[int, int, str | None, int, int]] = []
+    tracked: list[int] = []
+    original = KafkaPublisher._delivered
+    original_track = AckTracker.track
+
+    def recording(self: KafkaPublisher, seq: int, generation: int, err: Any, msg: Any) -> None:
+        reports.append((seq, generation, None if err is None else err.name(), msg.partition(), msg.offset()))
+        original(self, seq, generation, err, msg)
+
+    def track(self: AckTracker, seq: int, size_bytes: int) -> None:
+        tracked.append(seq)
+        original_track(self, seq, size_bytes)
+
+    KafkaPublisher._delivered = recording  # type: ignore[method-assign]
+    AckTracker.track = track  # type: ignore[method-assign]
+    try:
+        yield reports, tracked
+    finally:
+        KafkaPublisher._delivered = original  # type: ignore[method-assign]
+        AckTracker.track = original_track  # type: ignore[method-assign]
+
+
+def _where_lost(run: Run, lost: list[int]) -> str:
+    """For the first lost seqs: whether the bridge tracked them, their delivery reports, and what each
+    partition of the topic holds (offsets read, first and last), to tell a skip from a lost record."""
+    if not lost:
+        return ""
+    tracked = set(run.tracked)
+    lines = [f"\n  tracked {len(run.tracked)} sends ({len(tracked)} distinct seqs)"]
+    for seq in lost[:5]:
+        lines.append(f"\n  seq {seq}: tracked {run.tracked.count(seq)}x, reports "
+                     f"{[r for r in run.reports if r[0] == seq]}")
+    by_partition: dict[int, list[int]] = {}
+    for message in run.records:
+        by_partition.setdefault(message.partition(), []).append(message.offset())
+    for partition, offsets in sorted(by_partition.items()):
+        offsets.sort()
+        missing = sorted(set(range(offsets[0], offsets[-1] + 1)) - set(offsets))
+        lines.append(f"\n  partition {partition}: {len(offsets)} records read, offsets {offsets[0]}..{offsets[-1]}, "
+                     f"missing offsets {missing[:10]}")
+    acked_at = {(r[3], r[4]) for r in run.reports if r[2] is None}
+    read_at = {(m.partition(), m.offset()) for m in run.records}
+    lines.append(f"\n  acknowledged at offsets not read back: {sorted(acked_at - read_at)[:10]}")
+    return "".join(lines)
+
+
 def _named(counts: Counter[Any]) -> dict[str, int]:
     return {moment.value: count for moment, count in counts.items()}
 
@@ -110,7 +165,8 @@ def _publish_while_cut(url: str, proxied_url: str, kafka_bootstrap: str) -> Run:
     persisted watermark reaches the head seq; the bridge is stopped before this returns."""
     upgrade(url)
     config = bridge_config(proxied_url, kafka_bootstrap, persist_interval_s=0.2)
-    with _sampling_watermark(url, config.bridge_name) as watermarks, running(start_bridge(config)) as bridge:
+    with (_recording_deliveries() as (reports, tracked), _sampling_watermark(url, config.bridge_name) as watermarks,
+          running(start_bridge(config)) as bridge):
         ledger = write_out_of_seq_order(url, WRITERS, WRITE_FOR_S, AGGREGATES)
         head = max(ledger.committed)
         # The persisted watermark, not the daemon's own state: it is what a restart resumes from.
@@ -118,7 +174,7 @@ def _publish_while_cut(url: str, proxied_url: str, kafka_bootstrap: str) -> Run:
                    f"the persisted watermark to reach the head seq {head}")
         assert bridge.stop() == 0
     records = read_topic(kafka_bootstrap, config.topic_for("order"))
-    return Run(ledger, head, records, watermarks, bridge.daemon.holes_settled)
+    return Run(ledger, head, records, watermarks, bridge.daemon.holes_settled, reports, tracked)
 
 
 def _assert_nothing_lost(run: Run, url: str, label: str, proxy: TcpProxy, detail: str = "") -> None:
@@ -133,7 +189,8 @@ def _assert_nothing_lost(run: Run, url: str, label: str, proxy: TcpProxy, detail
           f"cut {_named(proxy.cuts)} over {proxy.connections} connections; {len(published)} published, "
           f"{len(lost)} lost (first {lost[:5]}), {run.holes_settled} holes settled, "
           f"{len(run.records) - len(published)} duplicates; persisted watermark max {max(run.watermarks, default=0)}, "
-          f"{len(past_a_lost_event)} of {len(run.watermarks)} samples at or above a lost seq{detail}")
+          f"{len(past_a_lost_event)} of {len(run.watermarks)} samples at or above a lost seq{detail}"
+          f"{_where_lost(run, lost)}")
 
     assert not run.ledger.errors, f"a writer failed (and rolled back): {run.ledger.errors[:3]}"
     assert run.ledger.late_commits() > 0, "the schedule committed out of seq order"
