@@ -56,6 +56,23 @@ class Publisher(Protocol):
     def close(self, timeout: float = ...) -> None: ...
 
 
+def unconfirmed(seq: int) -> KafkaError:
+    """The error for a delivery librdkafka reports as a success without an offset: not an acknowledgement.
+
+    librdkafka counts a retried batch as delivered when the broker answers that its sequence numbers are
+    duplicates, and gives it no offset. But a broker accepts any first sequence from a producer id it does
+    not know yet, so when the first request of a new producer to a partition fails (the partition was
+    created a moment ago, or its leader moved) and the next one succeeds, the first batch is never
+    appended and still reported delivered. Seen here: four events of a partition created 30 ms after they
+    were sent were reported delivered and are not in the log. Counted as a failed delivery, the daemon
+    rebuilds the producer and sends again from the watermark: at worst a duplicate, never a loss."""
+    return KafkaError(
+        KafkaError._INCONSISTENT,
+        f"Kafka reported seq {seq} delivered without an offset (a batch librdkafka took for a duplicate); the "
+        "broker may never have appended it, so it is sent again",
+    )
+
+
 def _forward_error(on_error: weakref.WeakMethod[Callable[[KafkaError], None]], err: KafkaError) -> None:
     method = on_error()
     if method is not None:
@@ -117,6 +134,10 @@ class KafkaPublisher:
     def _delivered(self, seq: int, generation: int, err: KafkaError | None, msg: Message) -> None:
         # librdkafka has already retried within delivery.timeout.ms: a reported error is final, and
         # ordering past this seq can no longer be trusted, so the daemon rewinds.
+        if err is None:
+            offset = msg.offset()
+            if offset is None or offset < 0:
+                err = unconfirmed(seq)
         if err is not None and self.failure is None:
             self.failure = DeliveryFailure(seq, err.code(), err.str(), fatal=err.fatal())
         self._on_delivery(seq, generation, err)

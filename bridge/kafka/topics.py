@@ -12,11 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 # From the defining modules: `confluent_kafka.admin` does not re-export these for type checkers.
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
 from bridge.errors import TopicSafetyError
@@ -24,6 +25,9 @@ from bridge.kafka.access import AUTHORIZATION_CODES, KafkaAccessError, access_er
 from bridge.kafka.reachability import quiet_client_settings
 
 log = logging.getLogger("bridge.kafka.topics")
+
+#: ListOffsets for the latest offset: answered only by a partition's leader that has the partition.
+_LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +221,42 @@ class TopicGuard:
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
+    def _wait_until_led(self, topic: str, partitions: int) -> None:
+        """Wait until the leader of every partition of a topic just created answers for it (ListOffsets).
+
+        The broker publishes a new partition's leader in its metadata a moment before it has the partition
+        itself. A new producer's first request sent in between fails and is retried, while its next request
+        may be appended first; the broker accepts that as the producer's first batch, and librdkafka then
+        reports the retried one delivered without an offset although it was never appended. The publisher
+        does not count such a report (`bridge.kafka.publisher.unconfirmed`), but it costs a producer rebuild,
+        duplicates and, for keys whose later events were appended, first deliveries out of seq order, so
+        nothing is sent before the partitions are there."""
+        pending = {TopicPartition(topic, partition) for partition in range(partitions)}
+        deadline = time.monotonic() + self._timeout
+        delay = 0.02
+        while pending:
+            answered = self._admin.list_offsets({tp: _LATEST for tp in pending},
+                                                request_timeout=self._timeout)
+            for partition, future in answered.items():
+                try:
+                    future.result(self._timeout)
+                except KafkaException as exc:
+                    if exc.args[0].code() in AUTHORIZATION_CODES:
+                        # ListOffsets needs Describe on the topic; without it there is nothing to wait with.
+                        log.warning("cannot see whether a new topic's partitions are led (no Describe ACL); "
+                                    "sending at once", extra={"topic": topic, "error": exc.args[0].name()})
+                        return
+                    continue  # not led yet: NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PART, LEADER_NOT_AVAILABLE
+                pending.discard(partition)
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                log.warning("partitions of a new topic have no leader yet; sending anyway (the producer retries)",
+                            extra={"topic": topic, "partitions": sorted(tp.partition for tp in pending)[:20]})
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
     def ensure(self, topic: str, allow_create: bool) -> TopicReport:
         """Check a topic, creating it if missing and allowed; raise TopicSafetyError if it is unsafe."""
         report = self.check(topic)
@@ -228,6 +268,8 @@ class TopicGuard:
                 )
             self.create(topic)
             report = self._check_created(topic)
+            if report.exists:
+                self._wait_until_led(topic, report.partitions or 0)
         if report.problems:
             raise TopicSafetyError("; ".join(report.problems))
         for note in report.notes:
