@@ -325,6 +325,7 @@ class BridgeDaemon:
 
     def _checkpoint(self, tracker: AckTracker, reader: OutboxReader, publisher: Publisher) -> Publisher:
         """The periodic steps, in this order; a database failure skips the rest until the next turn."""
+        given = publisher
         try:
             # 1. Rows that appeared in holes settled earlier: rewind to publish them (lowers the watermark).
             late = rewinds.late_rows(reader, self._settled, tracker.watermark)
@@ -342,6 +343,12 @@ class BridgeDaemon:
             if self.leadership.expired():
                 # Another instance may have taken over meanwhile: stop publishing.
                 raise FencedError(f"could not renew the lease for {self.settings.lease_timeout_s}s") from exc
+        except FencedError:
+            if publisher is not given:
+                # A rewind replaced the producer just before the lease turned out lost: the caller closes the
+                # one it gave, so this one (nothing sent yet) is closed here, not left with its threads.
+                publisher.close(0)
+            raise
         return publisher
 
     def _new_publisher(self) -> Publisher:

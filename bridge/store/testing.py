@@ -62,6 +62,11 @@ class InMemoryOutbox:
     def rollback(self, seq: int) -> None:
         del self._open[seq]
 
+    def write_at(self, seq: int, aggregate_id: str = "a") -> None:
+        """A committed row with an explicit seq, behind the seq path's back (into a gap already settled)."""
+        self.committed[seq] = OutboxRow(seq, f"late-{seq}", "order", aggregate_id, "happened", "{}", None,
+                                        datetime.now(UTC), 1)
+
     def write(self, aggregate_id: str = "a", aggregate_type: str = "order", payload: str = "{}") -> int:
         """One transaction that commits at once."""
         seq = self.begin(aggregate_id, aggregate_type, payload)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from bridge.config import BridgeConfig
 from bridge.core.records import KafkaRecord
 from bridge.daemon import EXIT_OK, BridgeDaemon
+from bridge.errors import FencedError
 from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
+from bridge.store.offsets import Lease
 from bridge.store.testing import InMemoryLeaseStore, InMemoryOutbox
 
 CONFIG = BridgeConfig(allow_single_broker=True, replication_factor=1, persist_interval_s=0.01,
@@ -130,3 +133,42 @@ def test_a_rewind_above_the_watermark_is_refused_and_nothing_is_skipped() -> Non
     assert daemon.run() == EXIT_OK
     assert store.rewind_status(requests[0]) == "refused"
     assert _seqs(delivered) == [1, waiting] and store.watermark == waiting
+
+
+class _StopsWhenFenced(InMemoryLeaseStore):
+    """A lease store that runs `on_fenced` when a write finds the lease taken over, then refuses it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on_fenced: Callable[[], None] = lambda: None
+
+    def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], *,
+                allow_lower: bool = False) -> None:
+        try:
+            super().persist(lease, watermark, lease_seconds, status, allow_lower=allow_lower)
+        except FencedError:
+            self.on_fenced()
+            raise
+
+
+def test_a_lease_lost_right_after_a_late_row_rewind_closes_the_producer_the_rewind_made() -> None:
+    outbox, store, delivered, made = InMemoryOutbox(), _StopsWhenFenced(), [], []
+    lost, kept = outbox.begin(), outbox.begin()
+    outbox.commit(kept)
+    outbox.rollback(lost)  # settled as a hole by the first read
+    make = publisher_factory(delivered, made)
+    daemon = BridgeDaemon(CONFIG.loop, CONFIG.topics, offsets=store, open_reader=outbox.reader,
+                          new_publisher=lambda on_delivery: make({}, on_delivery),
+                          topic_guard=AcceptingTopicGuard(), instance_id="unit")
+    store.on_fenced = daemon.stop
+
+    def late_row_then_takeover() -> None:
+        outbox.write_at(lost)  # the next checkpoint finds it and rewinds, making a new producer ...
+        store.steal()  # ... and then its persist finds the lease gone
+
+    _script(daemon, outbox, store, [late_row_then_takeover])
+    assert daemon.run() == EXIT_OK
+    assert daemon.holes_settled == 1 and daemon.metrics.late_events._value.get() == 1
+    assert len(made) == 2, "the rewind made a second producer"
+    assert all(publisher.closed for publisher in made), "no producer outlives the lost lease"
+    assert _seqs(delivered) == [kept], "nothing went out after the takeover"
