@@ -389,7 +389,62 @@ def _b5(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
             f"{p['batch_seconds']['max']} | {_n(q['events_per_s'])} | {q['batch_seconds']['mean']} / "
             f"{q['batch_seconds']['max']} | {_verdict(k.get('meets_target'))} |")
     lines.append(_image(images, "projection", base, "projection throughput"))
+    lines.extend(_b5_profile(b5))
     return "\n".join(lines) + "\n"
+
+
+#: Spark's names for the parts of a micro-batch, as the report says them.
+_SPARK_PHASES = {
+    "latestOffset": "find new offsets (latestOffset)",
+    "walCommit": "offset log write (walCommit)",
+    "queryPlanning": "planning (queryPlanning)",
+    "getBatch": "get the batch (getBatch)",
+    "addBatch": "the sink: foreachBatch (addBatch)",
+    "commitOffsets": "commit log write (commitOffsets)",
+    "triggerExecution": "whole micro-batch (triggerExecution)",
+}
+_APPLIER_STEPS = {
+    "read_decode_stats": "read from Kafka, decode, cache and count (`_stats`, one Spark job)",
+    "quarantine": "quarantine the malformed",
+    "horizon": "deduplication horizon check",
+    "kind_apply": "the kind's MERGE (`Kind.apply`)",
+    "prune": "prune deduplication state",
+    "progress_record": "progress record",
+}
+
+
+def _b5_profile(b5: Any) -> list[str]:
+    """Where a batch's time goes: mean seconds per batch with rows, projection beside the bare MERGE."""
+    lines: list[str] = []
+    for kind, k in b5["kinds"].items():
+        profile = k.get("profile")
+        if not profile:
+            continue
+        spark, merge = profile["spark"], profile["merge"]
+        lines += [
+            "",
+            f"Where a `{kind}` batch's time goes (mean seconds per batch with rows; Spark's progress report, "
+            "the projection's own steps from its `batch applied` log line, and Delta's MERGE metrics from the "
+            "table history):",
+            "",
+            "| part | projection s | bare MERGE s |",
+            "|---|---|---|",
+        ]
+        for name, label in _SPARK_PHASES.items():
+            lines.append(f"| {label} | {spark['projection'].get(name, 0)} | {spark['baseline'].get(name, 0)} |")
+        for name, label in _APPLIER_STEPS.items():
+            if name in profile["applier"]:
+                lines.append(f"| inside foreachBatch: {label} | {profile['applier'][name]} | |")
+        p, q = merge["projection"], merge["baseline"]
+        lines += [
+            f"| Delta MERGE: whole (executionTimeMs) | {p['execution_s']} | {q['execution_s']} |",
+            f"| Delta MERGE: finding the files to touch (scanTimeMs) | {p['scan_s']} | {q['scan_s']} |",
+            f"| Delta MERGE: rewriting them (rewriteTimeMs) | {p['rewrite_s']} | {q['rewrite_s']} |",
+            f"| Delta MERGE: files removed / added per MERGE | {p['files_removed']} / {p['files_added']} | "
+            f"{q['files_removed']} / {q['files_added']} |",
+            f"| MERGEs | {p['merges']} | {q['merges']} |",
+        ]
+    return lines
 
 
 def _b6(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:

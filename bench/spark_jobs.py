@@ -67,11 +67,33 @@ class QueryRun:
         }
 
 
+#: The parts of a micro-batch that Spark's progress reports (`durationMs`), in the order they happen: finding
+#: the new offsets, writing them to the offset log (the WAL), planning, getting the batch, running the sink
+#: (foreachBatch), and writing the commit log. `triggerExecution` is the whole.
+PROGRESS_PHASES = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "addBatch", "commitOffsets")
+
+
 def batches_of(query: StreamingQuery) -> list[dict[str, Any]]:
-    """Each micro-batch: rows, total seconds, and the seconds inside foreachBatch (`addBatch`)."""
+    """Each micro-batch: rows, total seconds, the seconds inside foreachBatch (`addBatch`), and Spark's own
+    split of the batch (`PROGRESS_PHASES`, seconds)."""
     return [{"batch": p["batchId"], "rows": p["numInputRows"],
              "seconds": p["durationMs"].get("triggerExecution", 0) / 1000,
-             "apply_seconds": p["durationMs"].get("addBatch", 0) / 1000} for p in query.recentProgress]
+             "apply_seconds": p["durationMs"].get("addBatch", 0) / 1000,
+             "phases": {name: p["durationMs"].get(name, 0) / 1000 for name in PROGRESS_PHASES}}
+            for p in query.recentProgress]
+
+
+#: What Delta records of each MERGE (`DESCRIBE HISTORY`, operationMetrics), as milliseconds and counts.
+MERGE_METRICS = ("executionTimeMs", "scanTimeMs", "rewriteTimeMs", "numTargetFilesRemoved", "numTargetFilesAdded",
+                 "numTargetRowsUpdated", "numTargetRowsInserted", "numSourceRows")
+
+
+def merge_metrics(spark: SparkSession, table: Path) -> list[dict[str, int]]:
+    """Delta's own metrics of every MERGE into `table`, oldest first: where the MERGE spent its time (the
+    scan that finds the touched files, the rewrite) and how many files it rewrote."""
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where("operation = 'MERGE'").orderBy("version")
+    return [{name: int(row["operationMetrics"].get(name, 0) or 0) for name in MERGE_METRICS}
+            for row in history.select("operationMetrics").collect()]
 
 
 def drain(query: StreamingQuery, events: int, started: float, timeout: float = 1800) -> QueryRun:

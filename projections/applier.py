@@ -52,6 +52,8 @@ class BatchApplier:
         self.app_id = app_id
         self.metrics = metrics
         self._progress: Progress | None = None
+        #: Seconds each step of the last batch took (`apply`), for the "batch applied" log line and profiles.
+        self.phases: dict[str, float] = {}
 
     def __call__(self, raw: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -83,6 +85,7 @@ class BatchApplier:
                 "beyond_horizon": stats.beyond_horizon,
                 "max_seq": stats.max_seq,
                 "seconds": round(elapsed, 3),
+                "phases": self.phases,
             },
         )
 
@@ -90,13 +93,18 @@ class BatchApplier:
         """Apply one micro-batch and return what it held (callable directly, e.g. to retry a batch id)."""
         session = raw.sparkSession
         txn = Txn(self.app_id, batch_id)
+        phases = self.phases = {}
+        clock = _Clock(phases)
         decoded = decode(raw, self.projection, self.payload).persist()
         try:
+            # Reading the batch from Kafka, decoding it into the cache and counting it: one Spark job.
             stats = _stats(decoded)
+            clock.lap("read_decode_stats")
             if stats.quarantined:
                 bad = decoded.where(F.col(RELEVANT) & F.col(ERROR).isNotNull())
                 _log_quarantined(self.projection.name, batch_id, bad, stats.quarantined)
                 set_aside(session, self.lake.quarantine(self.projection.name), self.projection.name, bad, txn)
+                clock.lap("quarantine")
             if stats.applied:
                 assert stats.min_seq is not None and stats.max_seq is not None
                 events = decoded.where(F.col(RELEVANT) & F.col(ERROR).isNull()).select(
@@ -114,6 +122,7 @@ class BatchApplier:
                         stats = dataclasses.replace(
                             stats, applied=stats.applied - refused, beyond_horizon=refused
                         )
+                    clock.lap("horizon")
                 if seq_range is not None:
                     batch = Batch(
                         session=session,
@@ -126,6 +135,7 @@ class BatchApplier:
                         seq_range=seq_range,
                     )
                     refused = self.projection.kind.apply(batch)
+                    clock.lap("kind_apply")
                     if refused:
                         stats = dataclasses.replace(
                             stats,
@@ -134,7 +144,9 @@ class BatchApplier:
                         )
                 if horizon is not None and floor is not None and horizon.prunes_after(batch_id):
                     self._prune(session, horizon, floor, batch_id)
+                    clock.lap("prune")
             self.record(session, batch_id, stats)
+            clock.lap("progress_record")
             return stats
         finally:
             decoded.unpersist()
@@ -216,6 +228,19 @@ class BatchApplier:
                 "floor_time": floor.time.isoformat() if floor.time else None,
             },
         )
+
+
+class _Clock:
+    """Adds the seconds since its last lap to `phases[name]`."""
+
+    def __init__(self, phases: dict[str, float]) -> None:
+        self._phases = phases
+        self._last = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self._phases[name] = round(self._phases.get(name, 0.0) + now - self._last, 3)
+        self._last = now
 
 
 def _time(text: str | None) -> datetime | None:
