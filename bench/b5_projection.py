@@ -12,8 +12,6 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +21,10 @@ from bench.ceiling import run_ceiling
 from bench.context import Context
 from bench.spark_jobs import (
     KINDS,
-    PROGRESS_PHASES,
+    applier_phases,
     drain,
     merge_metrics,
+    profile,
     session,
     start_baseline,
     start_projection,
@@ -38,68 +37,6 @@ log = logging.getLogger("bench.b5")
 
 TARGET_EVENTS_PER_S = 50_000
 WARM_UP_EVENTS = 10_000
-
-
-class _Phases(logging.Handler):
-    """Collects the per-step seconds of each batch the projection applies (its "batch applied" log line)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.batches: list[dict[str, float]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        phases = getattr(record, "phases", None)
-        rows: int = getattr(record, "rows", 0)
-        if record.getMessage() == "batch applied" and isinstance(phases, dict) and rows:
-            self.batches.append(dict(phases))
-
-
-@contextmanager
-def _applier_phases() -> Iterator[list[dict[str, float]]]:
-    handler = _Phases()
-    logger = logging.getLogger("projections.applier")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield handler.batches
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-
-
-def _mean(values: list[float]) -> float:
-    return round(sum(values) / len(values), 3) if values else 0.0
-
-
-def profile(projection: list[dict[str, Any]], baseline: list[dict[str, Any]], applier: list[dict[str, float]],
-            merges: dict[str, list[dict[str, int]]]) -> dict[str, Any]:
-    """Where a batch's time goes, as the mean seconds per batch with rows, for the projection and the bare
-    MERGE: Spark's split of the micro-batch, the projection's own steps inside foreachBatch, and Delta's
-    metrics of the MERGE (the scan that finds the files to touch, the rewrite, files rewritten)."""
-
-    def spark_split(batches: list[dict[str, Any]]) -> dict[str, float]:
-        busy = [b for b in batches if b["rows"]]
-        split = {name: _mean([b["phases"][name] for b in busy]) for name in PROGRESS_PHASES}
-        split["triggerExecution"] = _mean([b["seconds"] for b in busy])
-        return split
-
-    def merge_split(metrics: list[dict[str, int]]) -> dict[str, float]:
-        return {
-            "merges": len(metrics),
-            "execution_s": _mean([m["executionTimeMs"] / 1000 for m in metrics]),
-            "scan_s": _mean([m["scanTimeMs"] / 1000 for m in metrics]),
-            "rewrite_s": _mean([m["rewriteTimeMs"] / 1000 for m in metrics]),
-            "files_removed": _mean([float(m["numTargetFilesRemoved"]) for m in metrics]),
-            "files_added": _mean([float(m["numTargetFilesAdded"]) for m in metrics]),
-        }
-
-    steps = sorted({name for batch in applier for name in batch})
-    return {
-        "spark": {"projection": spark_split(projection), "baseline": spark_split(baseline)},
-        "applier": {name: _mean([batch.get(name, 0.0) for batch in applier]) for name in steps},
-        "merge": {side: merge_split(metrics) for side, metrics in merges.items()},
-    }
 
 
 def _fill(ctx: Context, name: str, events: int, keys: int) -> str:
@@ -131,7 +68,7 @@ def run(ctx: Context) -> dict[str, Any]:
             drain(warm, WARM_UP_EVENTS, time.monotonic())
         for kind in KINDS[:1] if ctx.quick else KINDS:  # a smoke run needs one kind to prove the path
             started = time.monotonic()
-            with _applier_phases() as phases:
+            with applier_phases() as phases:
                 query = start_projection(spark, kind, f"bench_{kind}", lake, KAFKA1, template, available_now=True,
                                          max_per_batch=per_batch)
                 measured = drain(query, events, started)

@@ -27,7 +27,15 @@ from bench.b3_latency import COMMITTED, percentiles
 from bench.backlog import PARTITIONS
 from bench.bridge_process import BridgeProcess, bridge_env
 from bench.context import Context
-from bench.spark_jobs import batches_of, session, start_baseline, start_projection
+from bench.spark_jobs import (
+    applier_phases,
+    batches_of,
+    merge_metrics,
+    profile,
+    session,
+    start_baseline,
+    start_projection,
+)
 from bench.stack import KAFKA1, pg_dsn
 from bench.topics import TIMESTAMP_LOG_APPEND_TIME, header, partition_ends, read_all
 from bench.workload import AGGREGATE_TYPE
@@ -59,6 +67,8 @@ def run(ctx: Context) -> dict[str, Any]:
     result["baseline"] = {key: baseline[key] for key in ("latency_s", "commit_to_kafka_s", "kafka_to_delta_s",
                                                          "batches", "writer", "events_measured")}
     result["_baseline_batches"] = baseline.pop("_batches")
+    result["profile"] = profile(result["_batches"], result["_baseline_batches"], result.pop("_phases"),
+                                {"projection": result.pop("_merges"), "baseline": baseline.pop("_merges")})
     return result
 
 
@@ -75,6 +85,7 @@ def pipeline(ctx: Context, label: str, baseline: bool) -> dict[str, Any]:
     bridge = BridgeProcess(bridge_env(url, KAFKA1, f"bench-{label}", template, 1),
                            ctx.raw(f"logs/bridge-{label}.log")).start()
     query = None
+    phases: list[dict[str, float]] = []
     try:
         bridge.wait_leading()
         if baseline:
@@ -84,14 +95,15 @@ def pipeline(ctx: Context, label: str, baseline: bool) -> dict[str, Any]:
             query = start_projection(spark, "latest_state", NAME, lake, KAFKA1, template, available_now=False,
                                      trigger_s=TRIGGER_S, change_feed=True)
         commits_file = ctx.raw(f"commits/{label}.txt")
-        writer = WriterProcess(pg_dsn(url.rsplit("/", 1)[1]), label, KEYS, Schedule.for_rate(rate, seconds),
-                               commits_file)
-        written = writer.wait(timeout=seconds * 10 + 120)
-        deadline = time.monotonic() + 300
-        while not _caught_up(query, topic) and time.monotonic() < deadline:
-            if query.exception() is not None:
-                raise RuntimeError(f"the projection failed: {query.exception()}")
-            time.sleep(0.5)
+        with applier_phases() as phases:
+            writer = WriterProcess(pg_dsn(url.rsplit("/", 1)[1]), label, KEYS, Schedule.for_rate(rate, seconds),
+                                   commits_file)
+            written = writer.wait(timeout=seconds * 10 + 120)
+            deadline = time.monotonic() + 300
+            while not _caught_up(query, topic) and time.monotonic() < deadline:
+                if query.exception() is not None:
+                    raise RuntimeError(f"the projection failed: {query.exception()}")
+                time.sleep(0.5)
     finally:
         batches = batches_of(query) if query is not None else []
         if query is not None:
@@ -104,6 +116,8 @@ def pipeline(ctx: Context, label: str, baseline: bool) -> dict[str, Any]:
                              "mean_s": round(sum(durations) / max(1, len(durations)), 2),
                              "first_s": durations[0] if durations else None}
         result["_batches"] = batches
+        result["_phases"] = phases
+        result["_merges"] = merge_metrics(spark, table)
         return result
     finally:
         shutil.rmtree(lake, ignore_errors=True)

@@ -414,36 +414,39 @@ _APPLIER_STEPS = {
 
 
 def _b5_profile(b5: Any) -> list[str]:
-    """Where a batch's time goes: mean seconds per batch with rows, projection beside the bare MERGE."""
+    """Where a B5 batch's time goes, for each kind."""
     lines: list[str] = []
     for kind, k in b5["kinds"].items():
-        profile = k.get("profile")
-        if not profile:
-            continue
-        spark, merge = profile["spark"], profile["merge"]
-        lines += [
-            "",
-            f"Where a `{kind}` batch's time goes (mean seconds per batch with rows; Spark's progress report, "
-            "the projection's own steps from its `batch applied` log line, and Delta's MERGE metrics from the "
-            "table history):",
-            "",
-            "| part | projection s | bare MERGE s |",
-            "|---|---|---|",
-        ]
-        for name, label in _SPARK_PHASES.items():
-            lines.append(f"| {label} | {spark['projection'].get(name, 0)} | {spark['baseline'].get(name, 0)} |")
-        for name, label in _APPLIER_STEPS.items():
-            if name in profile["applier"]:
-                lines.append(f"| inside foreachBatch: {label} | {profile['applier'][name]} | |")
-        p, q = merge["projection"], merge["baseline"]
-        lines += [
-            f"| Delta MERGE: whole (executionTimeMs) | {p['execution_s']} | {q['execution_s']} |",
-            f"| Delta MERGE: finding the files to touch (scanTimeMs) | {p['scan_s']} | {q['scan_s']} |",
-            f"| Delta MERGE: rewriting them (rewriteTimeMs) | {p['rewrite_s']} | {q['rewrite_s']} |",
-            f"| Delta MERGE: files removed / added per MERGE | {p['files_removed']} / {p['files_added']} | "
-            f"{q['files_removed']} / {q['files_added']} |",
-            f"| MERGEs | {p['merges']} | {q['merges']} |",
-        ]
+        if k.get("profile"):
+            lines += _profile_lines(f"a `{kind}` batch", k["profile"])
+    return lines
+
+
+def _profile_lines(what: str, profile: dict[str, Any]) -> list[str]:
+    """Where the time of `what` goes: mean seconds per batch with rows, projection beside the bare MERGE."""
+    spark, merge = profile["spark"], profile["merge"]
+    lines = [
+        "",
+        f"Where {what}'s time goes (mean seconds per batch with rows; Spark's progress report, the projection's "
+        "own steps from its `batch applied` log line, and Delta's MERGE metrics from the table history):",
+        "",
+        "| part | projection s | bare MERGE s |",
+        "|---|---|---|",
+    ]
+    for name, label in _SPARK_PHASES.items():
+        lines.append(f"| {label} | {spark['projection'].get(name, 0)} | {spark['baseline'].get(name, 0)} |")
+    for name, label in _APPLIER_STEPS.items():
+        if name in profile["applier"]:
+            lines.append(f"| inside foreachBatch: {label} | {profile['applier'][name]} | |")
+    p, q = merge["projection"], merge["baseline"]
+    lines += [
+        f"| Delta MERGE: whole (executionTimeMs) | {p['execution_s']} | {q['execution_s']} |",
+        f"| Delta MERGE: finding the files to touch (scanTimeMs) | {p['scan_s']} | {q['scan_s']} |",
+        f"| Delta MERGE: rewriting them (rewriteTimeMs) | {p['rewrite_s']} | {q['rewrite_s']} |",
+        f"| Delta MERGE: files removed / added per MERGE | {p['files_removed']} / {p['files_added']} | "
+        f"{q['files_removed']} / {q['files_added']} |",
+        f"| MERGEs | {p['merges']} | {q['merges']} |",
+    ]
     return lines
 
 
@@ -480,6 +483,8 @@ def _b6(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
               f"{b6.get('events_never_published', 0):,}; published but not visible: "
               f"{b6.get('events_not_visible', 0):,}."]
     lines.append(_image(images, "end_to_end", base, "end-to-end latency"))
+    if b6.get("profile"):
+        lines += _profile_lines("a B6 micro-batch", b6["profile"])
     return "\n".join(lines) + "\n"
 
 
