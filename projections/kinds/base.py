@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
-from projections.kind import Declaration
+from projections.kind import Batch, Declaration
 from projections.payload import DEFAULT_KEY, ResolvedPayload
 
 # No compaction inside each micro-batch's commit (it made every batch slower on local[2]; B5 in
@@ -42,3 +42,22 @@ def ensure_table(session: SparkSession, path: str, schema: StructType, comment: 
     for key, value in TABLE_PROPERTIES.items():
         builder = builder.property(key, value)
     builder.execute()
+
+
+def insert_new(batch: Batch, path: str, rows: DataFrame, match: str) -> None:
+    """Insert the `rows` (alias `s`) that the Delta table at `path` (alias `t`) lacks by `match`, once per batch.
+
+    Only rows of the batch's seq range are compared: a replayed event keeps its seq, so Delta skips older
+    events' files by their stats. A batch Spark runs again inserts nothing twice (`Txn`).
+    """
+    from delta.tables import DeltaTable
+
+    low, high = batch.seq_range
+    merge = (
+        DeltaTable.forPath(batch.session, path)
+        .alias("t")
+        .merge(rows.alias("s"), f"t.seq BETWEEN {low} AND {high} AND {match}")
+        .whenNotMatchedInsertAll()
+    )
+    with batch.txn.applied_once(batch.session):
+        merge.execute()

@@ -15,6 +15,7 @@ from pyspark.sql.types import ArrayType, LongType, StringType, StructField, Stru
 
 from projections.horizon import DEFAULT_DEDUP_HORIZON, DedupHorizon
 from projections.kind import Batch, Declaration, Kind
+from projections.kinds.base import insert_new
 from projections.payload import DEFAULT_KEY, ResolvedPayload
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", StringType())]))
@@ -54,14 +55,7 @@ class EventLog(Kind):
         )
 
     def apply(self, batch: Batch) -> int:
-        from delta.tables import DeltaTable
-
         schema = self.table_schema(batch.projection, batch.payload)
         source = batch.events.dropDuplicates(["event_id"]).select(*schema.fieldNames())
-        low, high = batch.seq_range
-        # A replayed event keeps its seq, so the seq range lets Delta skip older events' files by their stats.
-        condition = f"t.seq BETWEEN {low} AND {high} AND t.event_id = s.event_id"
-        merge = DeltaTable.forPath(batch.session, batch.table).alias("t").merge(source.alias("s"), condition)
-        with batch.txn.applied_once(batch.session):
-            merge.whenNotMatchedInsertAll().execute()
+        insert_new(batch, batch.table, source, "t.event_id = s.event_id")
         return 0

@@ -33,7 +33,7 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 from projections.errors import DeclarationError, FoldError, RefusedError
 from projections.horizon import DEFAULT_DEDUP_HORIZON, DedupHorizon, Floor
 from projections.kind import Batch, Declaration, Kind
-from projections.kinds.base import key_field, value_fields
+from projections.kinds.base import insert_new, key_field, value_fields
 from projections.kinds.touched import target_key, touched_keys
 from projections.payload import DEFAULT_KEY, RESERVED_COLUMNS, PayloadSchema, ResolvedPayload, as_struct
 
@@ -215,15 +215,7 @@ class Fold(Kind):
         events = events.withColumns(
             {_BASE: F.lit(False), _BASE_STATE: F.lit(None).cast(StructType(self._state_fields(projection)))}
         )
-        low, high = batch.seq_range
-        keep = (
-            DeltaTable.forPath(session, store_path)
-            .alias("t")
-            .merge(events.alias("s"), f"t.seq BETWEEN {low} AND {high} AND t.seq = s.seq AND t.`{key}` = s.`{key}`")
-            .whenNotMatchedInsertAll()
-        )
-        with batch.txn.applied_once(session):
-            keep.execute()
+        insert_new(batch, store_path, events, f"t.seq = s.seq AND t.`{key}` = s.`{key}`")
 
         arrived = events.join(stored, key, "left")
         pending = (

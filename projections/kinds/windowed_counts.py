@@ -25,6 +25,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from projections.errors import DeclarationError
 from projections.horizon import DEFAULT_DEDUP_HORIZON, DedupHorizon, Floor
 from projections.kind import Batch, Declaration, Kind
+from projections.kinds.base import insert_new
 from projections.payload import ResolvedPayload
 
 if TYPE_CHECKING:
@@ -118,15 +119,7 @@ class WindowedCounts(Kind):
             .withColumns({"window_start": window.start, "window_end": window.end})
             .select(*self.staging_schema().fieldNames())
         )
-        low, high = batch.seq_range
-        add_new_ids = (
-            DeltaTable.forPath(session, staging_path)
-            .alias("t")
-            .merge(staged.alias("s"), f"t.seq BETWEEN {low} AND {high} AND t.event_id = s.event_id")
-            .whenNotMatchedInsertAll()
-        )
-        with batch.txn.applied_once(session):
-            add_new_ids.execute()
+        insert_new(batch, staging_path, staged, "t.event_id = s.event_id")
 
         # Recount every touched window from the staging set (now holding this batch's events exactly once).
         touched = staged.select("window_start").distinct()
