@@ -93,8 +93,8 @@ class BatchApplier:
         """Apply one micro-batch and return what it held (callable directly, e.g. to retry a batch id)."""
         session = raw.sparkSession
         txn = Txn(self.app_id, batch_id)
-        phases = self.phases = {}
-        clock = _Clock(phases)
+        self.phases = {}
+        clock = _Clock(self.phases)
         decoded = decode(raw, self.projection, self.payload).persist()
         try:
             # Reading the batch from Kafka, decoding it into the cache and counting it: one Spark job.

@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -20,6 +20,7 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
+from bridge.backoff import Backoff, BackoffPolicy
 from bridge.errors import TopicSafetyError
 from bridge.kafka.access import AUTHORIZATION_CODES, KafkaAccessError, access_error, denied
 from bridge.kafka.reachability import quiet_client_settings
@@ -27,6 +28,8 @@ from bridge.kafka.reachability import quiet_client_settings
 log = logging.getLogger("bridge.kafka.topics")
 
 #: ListOffsets for the latest offset: answered only by a partition's leader that has the partition.
+#: Asked again 20 ms after the first try, then twice as long each time, at most 0.5 s apart.
+_LED_WAIT: Final = BackoffPolicy(initial_s=0.02, cap_s=0.5, jitter=0.0)
 _LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
 
@@ -233,7 +236,7 @@ class TopicGuard:
         nothing is sent before the partitions are there."""
         pending = {TopicPartition(topic, partition) for partition in range(partitions)}
         deadline = time.monotonic() + self._timeout
-        delay = 0.02
+        backoff = Backoff(_LED_WAIT)
         while pending:
             answered = self._admin.list_offsets({tp: _LATEST for tp in pending},
                                                 request_timeout=self._timeout)
@@ -254,8 +257,7 @@ class TopicGuard:
                 log.warning("partitions of a new topic have no leader yet; sending anyway (the producer retries)",
                             extra={"topic": topic, "partitions": sorted(tp.partition for tp in pending)[:20]})
                 return
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
+            time.sleep(backoff.next_delay())
 
     def ensure(self, topic: str, allow_create: bool) -> TopicReport:
         """Check a topic, creating it if missing and allowed; raise TopicSafetyError if it is unsafe."""
