@@ -9,8 +9,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
 
 BRIDGE, CEILING, TARGET = "#1f77b4", "#bbbbbb", "#d62728"
+# Debezium with B8's connector tuning is a darker grey than a ceiling, being a peer rather than a bound; Debezium's
+# defaults (B8 latency) are drawn in the ceiling's grey, hatched.
+DEBEZIUM = "#777777"
+B8_PHASES = {"backlog": "backlog drain\n(Debezium warm)", "concurrent": "inserts running\nconcurrently",
+             "restart": "first N after\na restart"}
 
 
 def draw(results: dict[str, Any], samples: dict[str, Any], out_dir: Path) -> dict[str, Path]:
@@ -19,7 +25,8 @@ def draw(results: dict[str, Any], samples: dict[str, Any], out_dir: Path) -> dic
     images: dict[str, Path] = {}
     for name, painter in (("throughput", _throughput), ("tuning", _tuning), ("b1_timeline", _timeline),
                           ("latency", _latency), ("crash", _crash), ("projection", _projection),
-                          ("end_to_end", _end_to_end), ("rss", _rss)):
+                          ("end_to_end", _end_to_end), ("rss", _rss), ("b8_throughput", _b8_throughput),
+                          ("b8_cpu", _b8_cpu), ("b8_latency", _b8_latency), ("b8_crash", _b8_crash)):
         figure = painter(bench, samples)
         if figure is None:
             continue
@@ -195,4 +202,153 @@ def _rss(bench: dict[str, Any], samples: dict[str, Any]) -> Any:
     axis.set_ylim(bottom=0)
     axis.set_title("B7: bridge resident memory while draining a backlog")
     axis.legend(fontsize=8)
+    return figure
+
+
+def _settings(settings: dict[str, str] | None) -> str:
+    return f" ({', '.join(f'{k}={v}' for k, v in settings.items())})" if settings else ""
+
+
+def _b8_phases(bench: dict[str, Any]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(label, bridge, Debezium) for each B8 phase both relays measured."""
+    b8: dict[str, Any] = bench.get("B8") or {}
+    if not _ok(b8):
+        return []
+    return [(label, b8["bridge"][phase], b8["debezium"][phase]) for phase, label in B8_PHASES.items()
+            if _ok(b8.get("bridge", {}).get(phase)) and _ok(b8.get("debezium", {}).get(phase))]
+
+
+def _b8_throughput(bench: dict[str, Any], _: dict[str, Any]) -> Any:
+    phases = _b8_phases(bench)
+    if not phases:
+        return None
+    tuning = _settings(bench["B8"].get("debezium", {}).get("connector_tuning"))
+    figure, axis = plt.subplots(figsize=(8, 4.5))
+    for i, (_label, ours, theirs) in enumerate(phases):
+        bridge, debezium = ours["events_per_s"], theirs["events_per_s"]
+        axis.bar(i - 0.2, bridge, 0.4, color=BRIDGE, label="bridge" if i == 0 else None)
+        axis.bar(i + 0.2, debezium, 0.4, color=DEBEZIUM, label=f"Debezium{tuning}" if i == 0 else None)
+        axis.annotate(f"{bridge:,.0f}", (i - 0.2, bridge), ha="center", va="bottom", fontsize=8)
+        axis.annotate(f"{debezium:,.0f}", (i + 0.2, debezium), ha="center", va="bottom", fontsize=8)
+        if debezium:
+            axis.annotate(f"bridge / Debezium {bridge / debezium:.2f}x", (i, max(bridge, debezium) * 1.07),
+                          ha="center", va="bottom", fontsize=8, fontweight="bold")
+    axis.set_ylim(top=max(max(o["events_per_s"], d["events_per_s"]) for _, o, d in phases) * 1.35)
+    axis.set_xticks(range(len(phases)), [p[0] for p in phases])
+    axis.set_ylabel("events/s (512-byte payloads)")
+    axis.set_title(f"B8: bridge vs Debezium, {bench['B8']['events_per_phase']:,} events per phase, same run")
+    axis.legend(fontsize=8, loc="upper left")
+    return figure
+
+
+def _b8_cpu(bench: dict[str, Any], _: dict[str, Any]) -> Any:
+    phases = [p for p in _b8_phases(bench) if "relay_cpu_s_per_100k" in p[1] and "relay_cpu_s_per_100k" in p[2]]
+    if not phases:
+        return None
+    figure, axis = plt.subplots(figsize=(8, 4.5))
+    for i, (_label, ours, theirs) in enumerate(phases):
+        bridge, jvm = ours["relay_cpu_s_per_100k"], theirs["relay_cpu_s_per_100k"]
+        walsender = theirs.get("walsender_cpu_s_per_100k", 0)
+        axis.bar(i - 0.2, bridge, 0.4, color=BRIDGE, label="bridge process" if i == 0 else None)
+        axis.bar(i + 0.2, jvm, 0.4, color=DEBEZIUM, label="Debezium: Connect worker JVM" if i == 0 else None)
+        if walsender:
+            axis.bar(i + 0.2, walsender, 0.4, bottom=jvm, color=CEILING, hatch="//",
+                     label="Debezium: PostgreSQL walsender" if i == 0 else None)
+        axis.annotate(f"{bridge:.2f}", (i - 0.2, bridge), ha="center", va="bottom", fontsize=8)
+        axis.annotate(f"{jvm + walsender:.2f}" + (f"\n({jvm:.2f} + {walsender:.2f})" if walsender else ""),
+                      (i + 0.2, jvm + walsender), ha="center", va="bottom", fontsize=8)
+    axis.set_ylim(top=max(max(o["relay_cpu_s_per_100k"], d["relay_cpu_s_per_100k"]
+                              + d.get("walsender_cpu_s_per_100k", 0)) for _, o, d in phases) * 1.45)
+    axis.set_xticks(range(len(phases)), [p[0] for p in phases])
+    axis.set_ylabel("CPU seconds (user + system) per 100,000 events")
+    axis.set_title("B8: relay CPU per 100,000 events, bridge vs Debezium, same run")
+    axis.legend(fontsize=8, loc="upper left")
+    return figure
+
+
+def _b8_latency(bench: dict[str, Any], _: dict[str, Any]) -> Any:
+    rows: dict[str, Any] = bench.get("B8-rows") or {}
+    latency = rows.get("rows", {}).get("latency") if _ok(rows) else None
+    if not latency:
+        return None
+    dbz, ours = latency.get("debezium", {}), latency.get("bridge", {})
+    dbz, ours = (dbz if _ok(dbz) else {}), (ours if _ok(ours) else {})
+    def settings(relay: dict[str, Any], variant: str) -> str:
+        measured = [r[variant] for r in relay.values() if _ok(r.get(variant))]
+        return _settings(measured[0].get("settings")) if measured else ""
+
+    series = ((f"Debezium, defaults{settings(dbz, 'default')}", dbz, "default", CEILING, "//"),
+              (f"Debezium, tuned{settings(dbz, 'tuned')}", dbz, "tuned", DEBEZIUM, None),
+              ("bridge, defaults", ours, "default", BRIDGE, None))
+    groups = [(rate, key) for rate in sorted(set(dbz) | set(ours), key=int) for key in ("p50", "p99")]
+    figure, axis = plt.subplots(figsize=(9, 4.5))
+    width, labelled = 0.8 / len(series), set()
+    for j, (label, relay, variant, colour, hatch) in enumerate(series):
+        for i, (rate, key) in enumerate(groups):
+            outcome = relay.get(rate, {}).get(variant)
+            value = outcome.get("latency_ms", {}).get(key) if _ok(outcome) else None
+            if value is None:
+                continue
+            x = i + (j - (len(series) - 1) / 2) * width
+            axis.bar(x, max(value, 0.1), width, color=colour, hatch=hatch, label=None if label in labelled else label)
+            labelled.add(label)
+            axis.annotate(f"{value:,.1f}" if value < 100 else f"{value:,.0f}", (x, max(value, 0.1)), ha="center",
+                          va="bottom", fontsize=7)
+    if not labelled:
+        plt.close(figure)
+        return None
+    axis.set_yscale("log")
+    axis.set_ylim(top=axis.get_ylim()[1] * 8)  # room for the legend above the tallest bar
+    axis.set_xticks(range(len(groups)), [f"{int(rate):,}/s offered\n{key}" for rate, key in groups])
+    axis.set_ylabel("commit to LogAppendTime (ms, log scale)")
+    axis.set_title("B8: commit-to-ack latency, bridge vs Debezium, same run")
+    axis.legend(fontsize=8, loc="upper center", ncol=3)
+    return figure
+
+
+def _b8_counts(outcomes: dict[str, Any], rows: tuple[str, ...], field: str) -> dict[str, float] | None:
+    """Relay -> `field` summed over `rows`; None unless both relays measured it in every one of them."""
+    counts = {}
+    for relay in ("debezium", "bridge"):
+        measured = [outcomes.get(row, {}).get(relay) for row in rows]
+        if not all(_ok(m) and field in m for m in measured):
+            return None
+        counts[relay] = sum(m[field] for m in measured)
+    return counts
+
+
+def _b8_crash(bench: dict[str, Any], _: dict[str, Any]) -> Any:
+    rows: dict[str, Any] = bench.get("B8-rows") or {}
+    outcomes = rows.get("rows", {}) if _ok(rows) else {}
+    crashes = outcomes.get("crash", {}).get("bridge", {}).get("crashes", "the")
+    wanted = [
+        ("duplicates per kill -9\n(mean over the kills)", "records sent twice",
+         [(f"crash row,\n{crashes} kills", _b8_counts(outcomes, ("crash",), "duplicates_per_crash"))]),
+        ("per-aggregate order inversions", "records with a seq below an earlier one's",
+         [(row, _b8_counts(outcomes, (row,), "inversions")) for row in ("order", "rollbacks")]),
+        ("lost and leaked", "events",
+         [("committed, lost\n(all rows)", _b8_counts(outcomes, ("order", "rollbacks", "crash"), "lost")),
+          ("rolled back,\npublished", _b8_counts(outcomes, ("rollbacks",), "leaked"))]),
+    ]
+    panels = [(title, unit, measured) for title, unit, bars in wanted
+              if (measured := [(label, c) for label, c in bars if c is not None])]
+    if not panels:
+        return None
+    figure, axes = plt.subplots(1, len(panels), figsize=(9, 4.5), squeeze=False,
+                                gridspec_kw={"width_ratios": [len(bars) + 0.5 for _, _, bars in panels]})
+    for axis, (title, unit, bars) in zip(axes[0], panels, strict=True):
+        for i, (_label, counts) in enumerate(bars):
+            for j, (relay, colour) in enumerate((("debezium", DEBEZIUM), ("bridge", BRIDGE))):
+                x, value = i + (j - 0.5) * 0.4, counts[relay]
+                axis.bar(x, value, 0.4, color=colour)
+                axis.annotate(f"{value:,.0f}", (x, value), ha="center", va="bottom", fontsize=8)
+        axis.set_ylim(0, max(max(max(c.values()) for _, c in bars), 1) * 1.15)
+        axis.set_xlim(-0.6, len(bars) - 0.4)
+        axis.set_xticks(range(len(bars)), [label for label, _ in bars], fontsize=8)
+        axis.set_ylabel(unit)
+        axis.set_title(title, fontsize=9)
+    figure.legend(handles=[Patch(color=DEBEZIUM, label="Debezium"), Patch(color=BRIDGE, label="bridge")],
+                  fontsize=8, loc="upper right")
+    figure.suptitle("B8: crash and order costs, bridge vs Debezium, same run")
+    figure.tight_layout()
     return figure

@@ -47,7 +47,8 @@ def render(results: dict[str, Any], images: dict[str, Path], base: Path) -> str:
     bench = results.get("benchmarks", {})
     parts = [_header(results), _summary(bench), _b1(bench, images, base), _b2(bench), _b3(bench, images, base),
              _b4(bench, images, base), _b5(bench, images, base), _b6(bench, images, base), _b7(bench, images, base),
-             _b8(bench, results.get("versions", {})), _b8_rows(bench), _analysis(results), _method(results)]
+             _b8(bench, results.get("versions", {}), images, base), _b8_rows(bench, images, base), _analysis(results),
+             _method(results)]
     return "\n".join(p for p in parts if p).rstrip() + "\n"
 
 
@@ -541,7 +542,7 @@ B8_METHOD = [
 ]
 
 
-def _b8(bench: dict[str, Any], versions: dict[str, Any]) -> str:
+def _b8(bench: dict[str, Any], versions: dict[str, Any], images: dict[str, Path], base: Path) -> str:
     b8 = bench.get("B8")
     lines = ["## B8: the bridge beside Debezium", "", *(f"{paragraph}\n" for paragraph in B8_METHOD)]
     problem = _failed(b8)
@@ -569,6 +570,8 @@ def _b8(bench: dict[str, Any], versions: dict[str, Any]) -> str:
             f"{DASH if ratio is None else f'{ratio:.2f}x'} | {_n(d.get('relay_cpu_s_per_100k'), 2)} "
             f"({_n(d.get('walsender_cpu_s_per_100k'), 2)}) | {_n(o.get('relay_cpu_s_per_100k'), 2)} | "
             f"{_n(d.get('relay_cores'), 2)} | {_n(o.get('relay_cores'), 2)} |")
+    lines.append(_image(images, "b8_throughput", base, "bridge vs Debezium throughput"))
+    lines.append(_image(images, "b8_cpu", base, "bridge vs Debezium CPU per 100,000 events"))
     cold = dbz.get("cold_first_run", {})
     lines += [
         "",
@@ -606,7 +609,7 @@ def _b8_cell(row: str, outcome: dict[str, Any] | None) -> str:
             f"over {outcome['crashes']}; relaying again {_n(outcome.get('relaying_again_after_s'), 1)} s after a kill")
 
 
-def _b8_rows(bench: dict[str, Any]) -> str:
+def _b8_rows(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
     rows = bench.get("B8-rows")
     lines = ["### B8: order, rollbacks and crashes, both relays", ""]
     problem = _failed(rows)
@@ -638,7 +641,11 @@ def _b8_rows(bench: dict[str, Any]) -> str:
         outcomes = rows["rows"].get(row, {})
         lines.append(f"| {label} | {counted} | {_b8_cell(row, outcomes.get('debezium'))} | "
                      f"{_b8_cell(row, outcomes.get('bridge'))} | {target} |")
-    return "\n".join([*lines, *_b8_latency(rows)]) + "\n"
+    lines.append(_image(images, "b8_crash", base, "bridge vs Debezium duplicates, inversions and losses"))
+    latency = _b8_latency(rows)
+    if latency:
+        latency.append(_image(images, "b8_latency", base, "bridge vs Debezium latency"))
+    return "\n".join([*lines, *latency]) + "\n"
 
 
 def _b8_latency_cell(outcome: dict[str, Any] | None) -> str:
