@@ -84,14 +84,30 @@ class Harness:
 
     def run(self, projections: Iterable[Projection], topic: str, lake: Lake, **overrides: Any) -> None:
         """Run the projections on the topic to the end of what it holds, side by side, and check none failed."""
+        self.run_together([(projections, topic, lake)], **overrides)
+
+    def run_together(self, builds: Iterable[tuple[Iterable[Projection], str, Lake]], **overrides: Any) -> None:
+        """Several `run`s at once, each its projections on its topic into its lake: one wait instead of one each
+        (the queries' start-up and Delta commits overlap). Each build runs in a session of its own, because
+        Spark refuses two active queries of one name in a session."""
         queries = [
-            runner.start(self.spark, on_topic(p, topic), self.settings(lake, **overrides))
+            runner.start(session, on_topic(p, topic), self.settings(lake, **overrides))
+            for session, (projections, topic, lake) in zip(self._sessions(), builds, strict=False)
             for p in projections
         ]
         for query in queries:
             query.awaitTermination()
         errors = [f"{q.name}: {q.exception()}" for q in queries if q.exception() is not None]
         assert not errors, errors
+
+    def _sessions(self) -> Iterator[Any]:
+        """This harness's session, then new ones on the same Spark context with the same Delta settings."""
+        yield self.spark
+        while True:
+            session = self.spark.newSession()
+            for key in _FAST_DELTA:
+                session.conf.set(key, self.spark.conf.get(key))
+            yield session
 
     def rows(self, projection: Projection, lake: Lake, drop: Iterable[str] = ()) -> list[str]:
         return table_rows(self.spark, lake.table(projection.name), drop)
