@@ -41,6 +41,15 @@ def _ok(entry: Any) -> bool:
     return isinstance(entry, dict) and "error" not in entry and "skipped" not in entry
 
 
+def _pair(axis: Any, i: int, values: tuple[float, float], colours: tuple[str, str], labels: tuple[str, str],
+          texts: tuple[str, str] | None = None) -> None:
+    """Two bars side by side at x = i, each with its value (or `texts`) above it; legend labels on the first pair."""
+    for x, value, colour, label, text in zip((i - 0.2, i + 0.2), values, colours, labels,
+                                             texts or tuple(f"{v:,.0f}" for v in values), strict=True):
+        axis.bar(x, value, 0.4, color=colour, label=label if i == 0 else None)
+        axis.annotate(text, (x, value), ha="center", va="bottom", fontsize=8)
+
+
 def _throughput(bench: dict[str, Any], _: dict[str, Any]) -> Any:
     groups: list[tuple[str, dict[str, Any]]] = []
     for label, variant in bench.get("B1", {}).get("variants", {}).items():
@@ -53,13 +62,10 @@ def _throughput(bench: dict[str, Any], _: dict[str, Any]) -> Any:
     figure, axis = plt.subplots(figsize=(8, 4.5))
     for i, (_, variant) in enumerate(groups):
         bridge, ceiling = variant["bridge"]["events_per_s"], variant["ceiling"]["events_per_s"]
-        axis.bar(i - 0.2, bridge, 0.4, color=BRIDGE, label="bridge" if i == 0 else None)
-        axis.bar(i + 0.2, ceiling, 0.4, color=CEILING, label="ceiling (bare producer)" if i == 0 else None)
+        _pair(axis, i, (bridge, ceiling), (BRIDGE, CEILING), ("bridge", "ceiling (bare producer)"),
+              (f"{bridge:,.0f}\n({variant['fraction_of_ceiling']:.0%})", f"{ceiling:,.0f}"))
         axis.hlines(0.8 * ceiling, i - 0.4, i + 0.4, colors=TARGET, linestyles="dashed",
                     label="target: 80% of ceiling" if i == 0 else None)
-        axis.annotate(f"{bridge:,.0f}\n({variant['fraction_of_ceiling']:.0%})", (i - 0.2, bridge), ha="center",
-                      va="bottom", fontsize=8)
-        axis.annotate(f"{ceiling:,.0f}", (i + 0.2, ceiling), ha="center", va="bottom", fontsize=8)
     axis.set_xticks(range(len(groups)), [g[0] for g in groups])
     axis.set_ylabel("events/s (512-byte payloads)")
     axis.set_title("Backlog drain: bridge vs bare producer, same run")
@@ -149,11 +155,8 @@ def _projection(bench: dict[str, Any], _: dict[str, Any]) -> Any:
         return None
     figure, axis = plt.subplots(figsize=(7, 4))
     for i, row in enumerate(kinds.values()):
-        ours, base = row["projection"]["events_per_s"], row["baseline"]["events_per_s"]
-        axis.bar(i - 0.2, ours, 0.4, color=BRIDGE, label="projection" if i == 0 else None)
-        axis.bar(i + 0.2, base, 0.4, color=CEILING, label="bare MERGE baseline" if i == 0 else None)
-        axis.annotate(f"{ours:,.0f}", (i - 0.2, ours), ha="center", va="bottom", fontsize=8)
-        axis.annotate(f"{base:,.0f}", (i + 0.2, base), ha="center", va="bottom", fontsize=8)
+        values = (row["projection"]["events_per_s"], row["baseline"]["events_per_s"])
+        _pair(axis, i, values, (BRIDGE, CEILING), ("projection", "bare MERGE baseline"))
     axis.axhline(50_000, color=TARGET, linestyle="dashed", label="target 50,000/s")
     axis.set_yscale("log")
     axis.set_xticks(range(len(kinds)), list(kinds))
@@ -226,10 +229,7 @@ def _b8_throughput(bench: dict[str, Any], _: dict[str, Any]) -> Any:
     figure, axis = plt.subplots(figsize=(8, 4.5))
     for i, (_label, ours, theirs) in enumerate(phases):
         bridge, debezium = ours["events_per_s"], theirs["events_per_s"]
-        axis.bar(i - 0.2, bridge, 0.4, color=BRIDGE, label="bridge" if i == 0 else None)
-        axis.bar(i + 0.2, debezium, 0.4, color=DEBEZIUM, label=f"Debezium{tuning}" if i == 0 else None)
-        axis.annotate(f"{bridge:,.0f}", (i - 0.2, bridge), ha="center", va="bottom", fontsize=8)
-        axis.annotate(f"{debezium:,.0f}", (i + 0.2, debezium), ha="center", va="bottom", fontsize=8)
+        _pair(axis, i, (bridge, debezium), (BRIDGE, DEBEZIUM), ("bridge", f"Debezium{tuning}"))
         if debezium:
             axis.annotate(f"bridge / Debezium {bridge / debezium:.2f}x", (i, max(bridge, debezium) * 1.07),
                           ha="center", va="bottom", fontsize=8, fontweight="bold")
@@ -273,6 +273,7 @@ def _b8_latency(bench: dict[str, Any], _: dict[str, Any]) -> Any:
         return None
     dbz, ours = latency.get("debezium", {}), latency.get("bridge", {})
     dbz, ours = (dbz if _ok(dbz) else {}), (ours if _ok(ours) else {})
+
     def settings(relay: dict[str, Any], variant: str) -> str:
         measured = [r[variant] for r in relay.values() if _ok(r.get(variant))]
         return _settings(measured[0].get("settings")) if measured else ""
