@@ -405,6 +405,7 @@ _SPARK_PHASES = {
     "triggerExecution": "whole micro-batch (triggerExecution)",
 }
 _APPLIER_STEPS = {
+    "read_decode_apply": "one pass: read from Kafka, decode, count (streaming observation) and the kind's MERGE",
     "read_decode_stats": "read from Kafka, decode, cache and count (`_stats`, one Spark job)",
     "quarantine": "quarantine the malformed",
     "horizon": "deduplication horizon check",

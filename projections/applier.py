@@ -20,6 +20,7 @@ from projections.envelope import ENVELOPE, ERROR, RELEVANT, decode
 from projections.horizon import DedupHorizon, Floor
 from projections.kind import Batch
 from projections.lake import Lake
+from projections.observed import BatchObservation, counts, end_offsets, valid
 from projections.payload import ResolvedPayload
 from projections.progress import BatchStats, Progress, read_progress, write_progress
 from projections.quarantine import set_aside
@@ -45,20 +46,29 @@ class BatchApplier:
         lake: Lake,
         app_id: str,
         metrics: ProjectionMetrics | None = None,
+        observation: BatchObservation | None = None,
+        checkpoint: str | None = None,
     ) -> None:
         self.projection = projection
         self.payload = payload
         self.lake = lake
         self.app_id = app_id
         self.metrics = metrics
+        #: With an observation, the query hands over decoded batches carrying it (`observed.py`): they are
+        #: applied in one pass (`apply_observed`), and `checkpoint`'s offset log gives their end offsets.
+        self.observation = observation
+        self.checkpoint = checkpoint
         self._progress: Progress | None = None
         #: Seconds each step of the last batch took (`apply`), for the "batch applied" log line and profiles.
         self.phases: dict[str, float] = {}
 
-    def __call__(self, raw: DataFrame, batch_id: int) -> None:
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         try:
-            stats = self.apply(raw, batch_id)
+            if self.observation is not None:
+                stats = self.apply_observed(batch, batch_id)
+            else:
+                stats = self.apply(batch, batch_id)
         except Exception as exc:
             if _interrupted(exc):
                 log.info(
@@ -101,15 +111,11 @@ class BatchApplier:
             stats = _stats(decoded)
             clock.lap("read_decode_stats")
             if stats.quarantined:
-                bad = decoded.where(F.col(RELEVANT) & F.col(ERROR).isNotNull())
-                _log_quarantined(self.projection.name, batch_id, bad, stats.quarantined)
-                set_aside(session, self.lake.quarantine(self.projection.name), self.projection.name, bad, txn)
+                self._quarantine(decoded, batch_id, stats.quarantined, txn)
                 clock.lap("quarantine")
             if stats.applied:
                 assert stats.min_seq is not None and stats.max_seq is not None
-                events = decoded.where(F.col(RELEVANT) & F.col(ERROR).isNull()).select(
-                    *_EVENT_COLUMNS, *self.payload.columns.fieldNames()
-                )
+                events = self._events(decoded)
                 seq_range: tuple[int, int] | None = (stats.min_seq, stats.max_seq)
                 horizon = self.projection.kind.dedup_horizon()
                 floor = None
@@ -150,6 +156,57 @@ class BatchApplier:
             return stats
         finally:
             decoded.unpersist()
+
+    def apply_observed(self, decoded: DataFrame, batch_id: int) -> BatchStats:
+        """Apply one decoded micro-batch carrying the query's observation, in one pass (see `observed.py`).
+
+        The kind's MERGE is the first read of the batch and counts it as it goes; bad records are set aside
+        after it, from the batch read again. Each write has its own `Txn`, so a batch Spark runs again after
+        a failure between them writes only what is missing.
+        """
+        assert self.observation is not None
+        session = decoded.sparkSession
+        txn = Txn(self.app_id, batch_id)
+        self.phases = {}
+        clock = _Clock(self.phases)
+        batch = Batch(
+            session=session,
+            batch_id=batch_id,
+            projection=self.projection,
+            payload=self.payload,
+            lake=self.lake,
+            txn=txn,
+            events=self._events(decoded),
+            seq_range=None,
+        )
+        refused = self.projection.kind.apply(batch)
+        clock.lap("read_decode_apply")
+        counted = self.observation.metrics(batch_id)
+        offsets = None if self.checkpoint is None else end_offsets(self.checkpoint, batch_id, session)
+        if counted is None or not counted["rows"] or offsets is None:
+            # The MERGE read nothing (Spark runs again a batch whose MERGE had landed, and `Txn` skipped it; or
+            # the batch is empty), or the observation or offsets are not to be had: count it the old way.
+            stats = _stats(decoded)
+            clock.lap("read_decode_stats")
+        else:
+            stats = _counted(counted, offsets)
+        if refused:
+            stats = dataclasses.replace(stats, applied=stats.applied - refused, beyond_horizon=refused)
+        if stats.quarantined:
+            self._quarantine(decoded, batch_id, stats.quarantined, txn)
+            clock.lap("quarantine")
+        self.record(session, batch_id, stats)
+        clock.lap("progress_record")
+        return stats
+
+    def _events(self, decoded: DataFrame) -> DataFrame:
+        """The records to apply, as the kinds read them: envelope and payload columns of the valid ones."""
+        return decoded.where(valid()).select(*_EVENT_COLUMNS, *self.payload.columns.fieldNames())
+
+    def _quarantine(self, decoded: DataFrame, batch_id: int, count: int, txn: Txn) -> None:
+        bad = decoded.where(F.col(RELEVANT) & F.col(ERROR).isNotNull())
+        _log_quarantined(self.projection.name, batch_id, bad, count)
+        set_aside(decoded.sparkSession, self.lake.quarantine(self.projection.name), self.projection.name, bad, txn)
 
     def _recorded(self, session: Any) -> Progress:
         if self._progress is None:
@@ -255,25 +312,7 @@ def _seq_range(events: DataFrame) -> tuple[int, int] | None:
 
 
 def _stats(decoded: DataFrame) -> BatchStats:
-    valid = F.col(RELEVANT) & F.col(ERROR).isNull()
-    rows = (
-        decoded.groupBy("topic", "partition")
-        .agg(
-            F.max("offset").alias("max_offset"),
-            F.count(F.lit(1)).alias("rows"),
-            F.count(F.when(valid, 1)).alias("applied"),
-            F.count(F.when(F.col(RELEVANT) & F.col(ERROR).isNotNull(), 1)).alias("quarantined"),
-            F.min(F.when(valid, F.col("seq"))).alias("min_seq"),
-            F.max(F.when(valid, F.col("seq"))).alias("max_seq"),
-            F.date_format(
-                F.max(F.when(valid, F.col("occurred_at"))), "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
-            ).alias("last_event_time"),
-            F.date_format(
-                F.min(F.when(valid, F.col("occurred_at"))), "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
-            ).alias("first_event_time"),
-        )
-        .collect()
-    )
+    rows = decoded.groupBy("topic", "partition").agg(F.max("offset").alias("max_offset"), *counts()).collect()
     offsets: dict[str, dict[str, int]] = {}
     for r in rows:
         offsets.setdefault(r["topic"], {})[str(r["partition"])] = int(r["max_offset"]) + 1
@@ -293,6 +332,26 @@ def _stats(decoded: DataFrame) -> BatchStats:
         last_event_time=max(times) if times else None,
         first_event_time=min(firsts) if firsts else None,
     )
+
+
+def _counted(counted: dict[str, Any], offsets: dict[str, dict[str, int]]) -> BatchStats:
+    """The stats of a batch counted by its observation, with the end offsets from the offset log."""
+    rows, applied, bad = int(counted["rows"]), int(counted["applied"]), int(counted["quarantined"])
+    return BatchStats(
+        next_offsets=offsets,
+        rows=rows,
+        applied=applied,
+        quarantined=bad,
+        ignored=rows - applied - bad,
+        min_seq=_int(counted["min_seq"]),
+        max_seq=_int(counted["max_seq"]),
+        last_event_time=counted["last_event_time"],
+        first_event_time=counted["first_event_time"],
+    )
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _log_quarantined(projection: str, batch_id: int, bad: DataFrame, count: int) -> None:

@@ -44,10 +44,11 @@ class Declaration(Protocol):
 
 @dataclass(frozen=True)
 class Batch:
-    """One micro-batch, ready to apply: its valid events (never none), where its tables live, its Txn.
+    """One micro-batch, ready to apply: its valid events, where its tables live, its Txn.
 
-    `seq_range` is the lowest and highest seq among the events; kinds keyed by seq use it to let Delta
-    skip files that cannot match.
+    `seq_range` is the lowest and highest seq among the events (there is at least one); kinds keyed by seq use
+    it to let Delta skip files that cannot match. It is None for a kind that `counts_while_applying`: such a
+    batch is applied before it is counted, and may hold no valid event.
     """
 
     session: SparkSession
@@ -57,7 +58,7 @@ class Batch:
     lake: Lake
     txn: Txn
     events: DataFrame
-    seq_range: tuple[int, int]
+    seq_range: tuple[int, int] | None
 
     @property
     def table(self) -> str:
@@ -70,6 +71,11 @@ class Kind(ABC):
     name: ClassVar[str]
     # What a table built from a starting point later than `earliest` lacks, for the replay's refusal.
     lost_by_a_later_start: ClassVar[str]
+    #: True when `apply` reads `batch.events` once, in the first action it runs (one MERGE, whose source Delta
+    #: materializes once), needs no `seq_range`, and the kind has no deduplication horizon (whose floor needs
+    #: the batch's lowest seq before anything is written). The runner then counts each batch while that action
+    #: reads it (`projections.observed`) instead of in a Spark job of its own before `apply`.
+    counts_while_applying: ClassVar[bool] = False
 
     def validate(self, projection: Declaration) -> None:  # noqa: B027 - most kinds have nothing to check
         """Raise DeclarationError when the declaration does not suit this kind."""

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING
 
 from projections.applier import BatchApplier
 from projections.declaration import Projection
+from projections.envelope import decode
 from projections.errors import ProjectionError
 from projections.kafka_clients import group_prefix, source_options
 from projections.kinds.base import ensure_table
 from projections.lake import Lake
+from projections.observed import BatchObservation
 from projections.payload import ResolvedPayload
 from projections.settings import Settings
 from projections.txn import checkpoint_app_id
@@ -57,7 +59,9 @@ def start(
     payload = prepare(spark, projection, lake)
     checkpoint = lake.checkpoint(projection.name)
     app_id = checkpoint_app_id(checkpoint, projection.name, spark)
-    applier = BatchApplier(projection, payload, lake, app_id, metrics)
+    # A kind that counts while applying gets its batches decoded, with the observation that counts them on.
+    observation = BatchObservation(spark, projection.name) if projection.kind.counts_while_applying else None
+    applier = BatchApplier(projection, payload, lake, app_id, metrics, observation, checkpoint)
     subscription, topics = projection.source_option(settings.topic_template)
 
     reader = (
@@ -74,9 +78,11 @@ def start(
     )
     if settings.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+    stream = reader.load()
+    if observation is not None:
+        stream = observation.attach(decode(stream, projection, payload))
     writer = (
-        reader.load()
-        .writeStream.queryName(projection.name)
+        stream.writeStream.queryName(projection.name)
         .option("checkpointLocation", checkpoint)
         .foreachBatch(applier)
     )

@@ -52,6 +52,7 @@ def insert_new(batch: Batch, path: str, rows: DataFrame, match: str) -> None:
     """
     from delta.tables import DeltaTable
 
+    assert batch.seq_range is not None, "insert_new needs the batch's seq range (counts_while_applying is off)"
     low, high = batch.seq_range
     merge = (
         DeltaTable.forPath(batch.session, path)

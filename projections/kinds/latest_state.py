@@ -66,6 +66,7 @@ class LatestState(Kind):
     """One row per key, the newest event wins; deletes leave tombstones purged after `tombstone_retention`."""
 
     name = "latest_state"
+    counts_while_applying = True  # one MERGE, whose source (the newest event per key) is the only read
     lost_by_a_later_start = "every key not changed since then, and the columns carried forward from before it"
     deletes: frozenset[str] = field(default_factory=frozenset)
     tombstone_retention: timedelta = timedelta(days=7)
