@@ -130,17 +130,7 @@ class BatchApplier:
                         )
                     clock.lap("horizon")
                 if seq_range is not None:
-                    batch = Batch(
-                        session=session,
-                        batch_id=batch_id,
-                        projection=self.projection,
-                        payload=self.payload,
-                        lake=self.lake,
-                        txn=txn,
-                        events=events,
-                        seq_range=seq_range,
-                    )
-                    refused = self.projection.kind.apply(batch)
+                    refused = self.projection.kind.apply(self._batch(session, txn, events, seq_range))
                     clock.lap("kind_apply")
                     if refused:
                         stats = dataclasses.replace(
@@ -169,17 +159,7 @@ class BatchApplier:
         txn = Txn(self.app_id, batch_id)
         self.phases = {}
         clock = _Clock(self.phases)
-        batch = Batch(
-            session=session,
-            batch_id=batch_id,
-            projection=self.projection,
-            payload=self.payload,
-            lake=self.lake,
-            txn=txn,
-            events=self._events(decoded),
-            seq_range=None,
-        )
-        refused = self.projection.kind.apply(batch)
+        refused = self.projection.kind.apply(self._batch(session, txn, self._events(decoded), None))
         clock.lap("read_decode_apply")
         counted = self.observation.metrics(batch_id)
         offsets = None if self.checkpoint is None else end_offsets(self.checkpoint, batch_id, session)
@@ -198,6 +178,18 @@ class BatchApplier:
         self.record(session, batch_id, stats)
         clock.lap("progress_record")
         return stats
+
+    def _batch(self, session: Any, txn: Txn, events: DataFrame, seq_range: tuple[int, int] | None) -> Batch:
+        return Batch(
+            session=session,
+            batch_id=txn.version,
+            projection=self.projection,
+            payload=self.payload,
+            lake=self.lake,
+            txn=txn,
+            events=events,
+            seq_range=seq_range,
+        )
 
     def _events(self, decoded: DataFrame) -> DataFrame:
         """The records to apply, as the kinds read them: envelope and payload columns of the valid ones."""
@@ -316,26 +308,21 @@ def _stats(decoded: DataFrame) -> BatchStats:
     offsets: dict[str, dict[str, int]] = {}
     for r in rows:
         offsets.setdefault(r["topic"], {})[str(r["partition"])] = int(r["max_offset"]) + 1
-    total, applied, bad = (sum(int(r[c]) for r in rows) for c in ("rows", "applied", "quarantined"))
-    seqs = [int(r["min_seq"]) for r in rows if r["min_seq"] is not None]
-    tops = [int(r["max_seq"]) for r in rows if r["max_seq"] is not None]
-    times = [str(r["last_event_time"]) for r in rows if r["last_event_time"] is not None]
-    firsts = [str(r["first_event_time"]) for r in rows if r["first_event_time"] is not None]
-    return BatchStats(
-        next_offsets=offsets,
-        rows=total,
-        applied=applied,
-        quarantined=bad,
-        ignored=total - applied - bad,
-        min_seq=min(seqs) if seqs else None,
-        max_seq=max(tops) if tops else None,
-        last_event_time=max(times) if times else None,
-        first_event_time=min(firsts) if firsts else None,
-    )
+    def present(column: str) -> list[Any]:
+        return [r[column] for r in rows if r[column] is not None]
+
+    combined = {
+        **{c: sum(int(r[c]) for r in rows) for c in ("rows", "applied", "quarantined")},
+        "min_seq": min(present("min_seq"), default=None),
+        "max_seq": max(present("max_seq"), default=None),
+        "last_event_time": max(present("last_event_time"), default=None),
+        "first_event_time": min(present("first_event_time"), default=None),
+    }
+    return _counted(combined, offsets)
 
 
 def _counted(counted: dict[str, Any], offsets: dict[str, dict[str, int]]) -> BatchStats:
-    """The stats of a batch counted by its observation, with the end offsets from the offset log."""
+    """The stats of a batch from its counts (`observed.counts`, over the whole batch) and its end offsets."""
     rows, applied, bad = int(counted["rows"]), int(counted["applied"]), int(counted["quarantined"])
     return BatchStats(
         next_offsets=offsets,

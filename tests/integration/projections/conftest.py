@@ -73,6 +73,17 @@ class Harness:
         produce(self.bootstrap, topic, events, copies=copies)
         return topic
 
+    def kafka_batch(self, topic: str) -> Any:
+        """The topic's records as one static DataFrame, shaped as a micro-batch of the Kafka source."""
+        return (
+            self.spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("includeHeaders", "true")
+            .load()
+        )
+
     def settings(self, lake: Lake, **overrides: Any) -> Settings:
         values: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap,

@@ -41,17 +41,6 @@ def _quarantine(harness: Harness, lake: Lake) -> list[str]:
     return table_rows(harness.spark, lake.quarantine(orders_current.name), drop=("quarantined_at", "batch_id"))
 
 
-def _static(harness: Harness, topic: str) -> Any:
-    return (
-        harness.spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", harness.bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("includeHeaders", "true")
-        .load()
-    )
-
-
 def test_a_one_pass_batch_leaves_the_table_quarantine_and_progress_of_the_two_pass_path(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -73,7 +62,7 @@ def test_a_one_pass_batch_leaves_the_table_quarantine_and_progress_of_the_two_pa
     # The two-pass path: the same records as one static batch.
     two = harness.lake("two_pass")
     applier = BatchApplier(projection, runner.prepare(harness.spark, projection, two), two, "two-pass")
-    stats = applier.apply(_static(harness, topic), 0)
+    stats = applier.apply(harness.kafka_batch(topic), 0)
     assert "read_decode_stats" in applier.phases
     assert (stats.rows, stats.applied, stats.quarantined, stats.ignored) == (
         streamed.rows, streamed.applied, streamed.quarantined, streamed.ignored

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from pyspark.sql.types import StructType
 
@@ -40,18 +39,6 @@ appended = Projection(
 )
 
 
-def kafka_batch(harness: Harness, topic: str) -> Any:
-    """The topic's records as one static DataFrame, shaped as a micro-batch of the Kafka source."""
-    return (
-        harness.spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", harness.bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("includeHeaders", "true")
-        .load()
-    )
-
-
 def table_version(harness: Harness, path: str) -> int:
     return int(harness.spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()["version"])
 
@@ -60,7 +47,7 @@ def test_same_batch_id_twice_changes_each_table_once(harness: Harness) -> None:
     events = order_lifecycle(6)
     topic = harness.topic(events)
     lake = harness.lake("lake")
-    raw = kafka_batch(harness, topic)
+    raw = harness.kafka_batch(topic)
     appliers = {}
     for projection in (on_topic(orders_current, topic), on_topic(order_events, topic), appended):
         payload = prepare(harness.spark, projection, lake)
