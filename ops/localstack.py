@@ -361,7 +361,8 @@ class KafkaCluster:
         if (node_dir / "data" / "meta.properties").exists():
             return
         scram = kafka_security().scram_format_args(self.credentials()) if self.secure else []
-        cmd = self.java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), *scram,
+        # `--cluster-id=<id>`, not `-t <id>`: a base64url id may start with "-", which argparse takes for an option.
+        cmd = self.java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(config), *scram,
                         node=node)
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
