@@ -16,11 +16,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from projections.declaration import Projection
-from projections.envelope import ENVELOPE, ERROR, RELEVANT, decode
+from projections.envelope import ENVELOPE, ERROR, decode
 from projections.horizon import DedupHorizon, Floor
 from projections.kind import Batch
 from projections.lake import Lake
-from projections.observed import BatchObservation, counts, end_offsets, valid
+from projections.observed import BatchObservation, bad, batch_stats, count_batch, end_offsets, valid
 from projections.payload import ResolvedPayload
 from projections.progress import BatchStats, Progress, read_progress, write_progress
 from projections.quarantine import set_aside
@@ -54,13 +54,20 @@ class BatchApplier:
         self.lake = lake
         self.app_id = app_id
         self.metrics = metrics
-        #: With an observation, the query hands over decoded batches carrying it (`observed.py`): they are
-        #: applied in one pass (`apply_observed`), and `checkpoint`'s offset log gives their end offsets.
+        #: With an observation, the query hands over decoded batches carrying it (`source`, `observed.py`): they
+        #: are applied in one pass (`apply_observed`), and `checkpoint`'s offset log gives their end offsets.
         self.observation = observation
         self.checkpoint = checkpoint
         self._progress: Progress | None = None
         #: Seconds each step of the last batch took (`apply`), for the "batch applied" log line and profiles.
         self.phases: dict[str, float] = {}
+
+    def source(self, stream: DataFrame) -> DataFrame:
+        """What the query should hand to this applier: the Kafka stream as it is, or, with an observation, the
+        stream decoded with the observation on it (applied by `apply_observed`)."""
+        if self.observation is None:
+            return stream
+        return self.observation.attach(decode(stream, self.projection, self.payload))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -108,7 +115,7 @@ class BatchApplier:
         decoded = decode(raw, self.projection, self.payload).persist()
         try:
             # Reading the batch from Kafka, decoding it into the cache and counting it: one Spark job.
-            stats = _stats(decoded)
+            stats = count_batch(decoded)
             clock.lap("read_decode_stats")
             if stats.quarantined:
                 self._quarantine(decoded, batch_id, stats.quarantined, txn)
@@ -166,10 +173,10 @@ class BatchApplier:
         if counted is None or not counted["rows"] or offsets is None:
             # The MERGE read nothing (Spark runs again a batch whose MERGE had landed, and `Txn` skipped it; or
             # the batch is empty), or the observation or offsets are not to be had: count it the old way.
-            stats = _stats(decoded)
+            stats = count_batch(decoded)
             clock.lap("read_decode_stats")
         else:
-            stats = _counted(counted, offsets)
+            stats = batch_stats(counted, offsets)
         if refused:
             stats = dataclasses.replace(stats, applied=stats.applied - refused, beyond_horizon=refused)
         if stats.quarantined:
@@ -196,9 +203,11 @@ class BatchApplier:
         return decoded.where(valid()).select(*_EVENT_COLUMNS, *self.payload.columns.fieldNames())
 
     def _quarantine(self, decoded: DataFrame, batch_id: int, count: int, txn: Txn) -> None:
-        bad = decoded.where(F.col(RELEVANT) & F.col(ERROR).isNotNull())
-        _log_quarantined(self.projection.name, batch_id, bad, count)
-        set_aside(decoded.sparkSession, self.lake.quarantine(self.projection.name), self.projection.name, bad, txn)
+        records = decoded.where(bad())
+        _log_quarantined(self.projection.name, batch_id, records, count)
+        set_aside(
+            decoded.sparkSession, self.lake.quarantine(self.projection.name), self.projection.name, records, txn
+        )
 
     def _recorded(self, session: Any) -> Progress:
         if self._progress is None:
@@ -303,48 +312,10 @@ def _seq_range(events: DataFrame) -> tuple[int, int] | None:
     return int(row[0]), int(row[1])
 
 
-def _stats(decoded: DataFrame) -> BatchStats:
-    rows = decoded.groupBy("topic", "partition").agg(F.max("offset").alias("max_offset"), *counts()).collect()
-    offsets: dict[str, dict[str, int]] = {}
-    for r in rows:
-        offsets.setdefault(r["topic"], {})[str(r["partition"])] = int(r["max_offset"]) + 1
-    def present(column: str) -> list[Any]:
-        return [r[column] for r in rows if r[column] is not None]
-
-    combined = {
-        **{c: sum(int(r[c]) for r in rows) for c in ("rows", "applied", "quarantined")},
-        "min_seq": min(present("min_seq"), default=None),
-        "max_seq": max(present("max_seq"), default=None),
-        "last_event_time": max(present("last_event_time"), default=None),
-        "first_event_time": min(present("first_event_time"), default=None),
-    }
-    return _counted(combined, offsets)
-
-
-def _counted(counted: dict[str, Any], offsets: dict[str, dict[str, int]]) -> BatchStats:
-    """The stats of a batch from its counts (`observed.counts`, over the whole batch) and its end offsets."""
-    rows, applied, bad = int(counted["rows"]), int(counted["applied"]), int(counted["quarantined"])
-    return BatchStats(
-        next_offsets=offsets,
-        rows=rows,
-        applied=applied,
-        quarantined=bad,
-        ignored=rows - applied - bad,
-        min_seq=_int(counted["min_seq"]),
-        max_seq=_int(counted["max_seq"]),
-        last_event_time=counted["last_event_time"],
-        first_event_time=counted["first_event_time"],
-    )
-
-
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _log_quarantined(projection: str, batch_id: int, bad: DataFrame, count: int) -> None:
+def _log_quarantined(projection: str, batch_id: int, records: DataFrame, count: int) -> None:
     sample = [
         {"topic": r["topic"], "partition": r["partition"], "offset": r["offset"], "error": r[ERROR]}
-        for r in bad.select("topic", "partition", "offset", ERROR).limit(5).collect()
+        for r in records.select("topic", "partition", "offset", ERROR).limit(5).collect()
     ]
     log.warning(
         "events quarantined",

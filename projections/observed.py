@@ -1,15 +1,15 @@
 """Counting a micro-batch while the kind's MERGE reads it, instead of in a Spark job of its own first.
 
-The runner puts Spark's streaming observation (`DataFrame.observe`) on the decoded stream of a kind that
-`counts_while_applying`. Its aggregates are computed by the tasks that read the batch, whichever action runs
-them: in the applier, that is the kind's MERGE, which materializes its source once. The applier then reads
+The applier's `source` puts Spark's streaming observation (`DataFrame.observe`) on the decoded stream of a
+kind that `counts_while_applying`. Its aggregates are computed by the tasks that read the batch, whichever
+action runs them: in the applier, that is the kind's MERGE, which materializes its source once. The applier then reads
 them from the batch's query execution (`BatchObservation.metrics`) as soon as the MERGE has returned, before
 anything else reads the batch again (each further read of the batch adds to them). The end offsets come
 from the query's offset log, which Spark writes before it runs the batch (`end_offsets`).
 
-What is not counted here is counted the old way, by the applier: a batch whose MERGE was skipped because it
-had landed before (`Txn`) reads nothing, so it shows no rows; a batch without an observation for it
-(another Spark, a query started elsewhere) shows None.
+What the observation did not count is counted in a Spark job of its own (`count_batch`, which the two-pass
+path uses for every batch): a batch whose MERGE was skipped because it had landed before (`Txn`) reads
+nothing, so it shows no rows; a batch without an observation for it (another Spark) shows None.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 
 from projections.envelope import ERROR, RELEVANT
 from projections.lake import read_text
+from projections.progress import BatchStats
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,13 +40,18 @@ def valid() -> Column:
     return F.col(RELEVANT) & F.col(ERROR).isNull()
 
 
+def bad() -> Column:
+    """Records the projection handles but cannot apply: they go to quarantine."""
+    return F.col(RELEVANT) & F.col(ERROR).isNotNull()
+
+
 def counts() -> list[Column]:
-    """What a batch held, as aggregates over its decoded records (per partition in the applier's `_stats`)."""
+    """What a batch held, as aggregates over its decoded records (per topic partition in `count_batch`)."""
     ok = valid()
     return [
         F.count(F.lit(1)).alias("rows"),
         F.count(F.when(ok, 1)).alias("applied"),
-        F.count(F.when(F.col(RELEVANT) & F.col(ERROR).isNotNull(), 1)).alias("quarantined"),
+        F.count(F.when(bad(), 1)).alias("quarantined"),
         F.min(F.when(ok, F.col("seq"))).alias("min_seq"),
         F.max(F.when(ok, F.col("seq"))).alias("max_seq"),
         F.date_format(F.max(F.when(ok, F.col("occurred_at"))), _ISO).alias("last_event_time"),
@@ -115,3 +121,43 @@ def end_offsets(checkpoint: str, batch_id: int, spark: SparkSession | None = Non
         log.warning("offset log entry not understood", extra={"checkpoint": checkpoint, "batch_id": batch_id})
         return None
     return offsets
+
+
+def count_batch(decoded: DataFrame) -> BatchStats:
+    """Count a decoded batch in a Spark job of its own: the counts per topic partition, and the end offsets."""
+    rows = decoded.groupBy("topic", "partition").agg(F.max("offset").alias("max_offset"), *counts()).collect()
+    offsets: dict[str, dict[str, int]] = {}
+    for r in rows:
+        offsets.setdefault(r["topic"], {})[str(r["partition"])] = int(r["max_offset"]) + 1
+
+    def present(column: str) -> list[Any]:
+        return [r[column] for r in rows if r[column] is not None]
+
+    combined = {
+        **{c: sum(int(r[c]) for r in rows) for c in ("rows", "applied", "quarantined")},
+        "min_seq": min(present("min_seq"), default=None),
+        "max_seq": max(present("max_seq"), default=None),
+        "last_event_time": max(present("last_event_time"), default=None),
+        "first_event_time": min(present("first_event_time"), default=None),
+    }
+    return batch_stats(combined, offsets)
+
+
+def batch_stats(counted: dict[str, Any], offsets: dict[str, dict[str, int]]) -> BatchStats:
+    """The stats of a batch from its counts (`observed.counts`, over the whole batch) and its end offsets."""
+    rows, applied, bad = int(counted["rows"]), int(counted["applied"]), int(counted["quarantined"])
+    return BatchStats(
+        next_offsets=offsets,
+        rows=rows,
+        applied=applied,
+        quarantined=bad,
+        ignored=rows - applied - bad,
+        min_seq=_int(counted["min_seq"]),
+        max_seq=_int(counted["max_seq"]),
+        last_event_time=counted["last_event_time"],
+        first_event_time=counted["first_event_time"],
+    )
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from projections.applier import BatchApplier
 from projections.declaration import Projection
-from projections.envelope import decode
 from projections.errors import ProjectionError
 from projections.kafka_clients import group_prefix, source_options
 from projections.kinds.base import ensure_table
@@ -59,7 +58,8 @@ def start(
     payload = prepare(spark, projection, lake)
     checkpoint = lake.checkpoint(projection.name)
     app_id = checkpoint_app_id(checkpoint, projection.name, spark)
-    # A kind that counts while applying gets its batches decoded, with the observation that counts them on.
+    # A kind that counts while applying gets its batches decoded, with the observation that counts them on
+    # (`BatchApplier.source`).
     observation = BatchObservation(spark, projection.name) if projection.kind.counts_while_applying else None
     applier = BatchApplier(projection, payload, lake, app_id, metrics, observation, checkpoint)
     subscription, topics = projection.source_option(settings.topic_template)
@@ -78,11 +78,9 @@ def start(
     )
     if settings.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-    stream = reader.load()
-    if observation is not None:
-        stream = observation.attach(decode(stream, projection, payload))
     writer = (
-        stream.writeStream.queryName(projection.name)
+        applier.source(reader.load())
+        .writeStream.queryName(projection.name)
         .option("checkpointLocation", checkpoint)
         .foreachBatch(applier)
     )
