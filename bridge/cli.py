@@ -54,6 +54,7 @@ def _config(args: argparse.Namespace) -> Any:
 def cmd_run(args: argparse.Namespace) -> int:
     from bridge import logs
     from bridge.daemon import build_daemon
+    from bridge.daemon.memory import daemon_gc
     from bridge.http import serve
 
     config = _config(args)
@@ -68,7 +69,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.info("serving /metrics, /healthz, /readyz",
                  extra={"address": f"http://{config.metrics_host}:{config.metrics_port}"})
     try:
-        return daemon.run()
+        with daemon_gc():
+            return daemon.run()
     finally:
         if server is not None:
             server.shutdown()

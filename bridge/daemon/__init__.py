@@ -6,7 +6,8 @@
 - `poison`: from a row to its record under the poison policy, topics checked once;
 - `rewinds`: operator rewind requests and late rows, as decisions the loop carries out;
 - `retention`: deleting published rows past `BRIDGE_RETENTION` while leading;
-- `status`: what each persist reports.
+- `status`: what each persist reports;
+- `memory`: the garbage collector's pace while the daemon runs.
 
 The collaborators decide and never call back into the loop; the pure rules they rely on are in
 `bridge.core`.
