@@ -3,11 +3,14 @@ with the seq and a reason an operator can act on."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from bridge.core.records import OutboxRow, build_record
+from bridge.core.records import KafkaRecord, OutboxRow, build_record, iso_timestamp
 from bridge.errors import PoisonEventError
 
 
@@ -74,3 +77,19 @@ def test_the_size_limit_counts_key_value_and_headers() -> None:
     assert build_record(_row(), _route, max_message_bytes=record.size) == record
     with pytest.raises(PoisonEventError):
         build_record(_row(), _route, max_message_bytes=record.size - 1)
+
+
+@settings(max_examples=500)
+@given(moment=st.datetimes(timezones=st.one_of(st.none(), st.just(UTC), st.timezones())))
+def test_the_occurred_at_header_is_the_timestamps_isoformat(moment: datetime) -> None:
+    # orjson writes it (faster); the text must be exactly what isoformat() gives, for any timestamp.
+    assert iso_timestamp(moment) == moment.isoformat().encode()
+
+
+@given(headers=st.one_of(st.none(), st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3)
+                         .map(json.dumps)),
+       aggregate_id=st.text(min_size=1, max_size=12), payload=st.sampled_from(['{}', '{"é": "ü"}', '[1, 2.5]']))
+def test_the_size_of_a_record_counts_every_byte_of_key_value_and_headers(headers: str | None, aggregate_id: str,
+                                                                          payload: str) -> None:
+    record = build_record(_row(headers=headers, aggregate_id=aggregate_id, payload=payload), _route)
+    assert record.size == KafkaRecord.of(record.seq, record.topic, record.key, record.value, record.headers).size
