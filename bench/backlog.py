@@ -21,6 +21,7 @@ from typing import Any
 from bench.bridge_process import BridgeProcess, bridge_env
 from bench.ceiling import run_ceiling
 from bench.context import Context
+from bench.read_produce import run_read_produce
 from bench.topics import TopicWatch
 from bench.workload import AGGREGATE_TYPE, PAYLOAD_BYTES
 
@@ -111,17 +112,40 @@ def ceiling(ctx: Context, label: str, target: Target, events: int,
     return result
 
 
+def read_and_produce(ctx: Context, label: str, target: Target, events: int,
+                     settings: dict[str, str | int] | None = None) -> dict[str, Any]:
+    """The bare read-and-produce loop (`bench.read_produce`) over the same backlog, on a fresh topic."""
+    topic = ctx.scratch.create_topic(target.bootstrap, f"{label}.read-produce", PARTITIONS, target.replication)
+    env = bridge_env(target.db_url, target.bootstrap, f"bench-{label}", "unused.{aggregate_type}",
+                     target.replication, **(settings or {}))
+    result = run_read_produce(env, topic, events)
+    if result["acked"] != events:
+        raise RuntimeError(f"read-and-produce {label}: {result['acked']} of {events} records acknowledged")
+    return result
+
+
 def bridge_vs_ceiling(ctx: Context, label: str, target: Target, events: int,
                       settings: dict[str, str | int] | None = None, sample_rss: bool = False) -> dict[str, Any]:
-    """Ceiling, bridge, ceiling: the bridge's rate as a fraction of the mean of the two ceilings."""
+    """Ceiling, bridge, ceiling: the bridge's rate as a fraction of the mean of the two ceilings. On
+    PostgreSQL also the bare read-and-produce loop, between the bridge and the second ceiling."""
     before = ceiling(ctx, f"{label}-ceil-a", target, events, settings)
     log.info("%s: ceiling before %.0f events/s", label, before["events_per_s"])
     bridge = drain(ctx, label, target, events, settings, sample_rss=sample_rss)
     log.info("%s: bridge %.0f events/s", label, bridge.events_per_s)
+    bare_loop = None
+    if target.db_url.startswith("postgresql"):
+        bare_loop = read_and_produce(ctx, f"{label}-rp", target, events, settings)
+        log.info("%s: read-and-produce %.0f events/s", label, bare_loop["events_per_s"])
     after = ceiling(ctx, f"{label}-ceil-b", target, events, settings)
     log.info("%s: ceiling after %.0f events/s", label, after["events_per_s"])
     mean_ceiling = (before["events_per_s"] + after["events_per_s"]) / 2
+    loop_figures = {} if bare_loop is None else {
+        "read_and_produce": {"events_per_s": round(bare_loop["events_per_s"], 1),
+                             "read_batch_size": bare_loop["read_batch_size"]},
+        "fraction_of_read_and_produce": round(bridge.events_per_s / bare_loop["events_per_s"], 3),
+    }
     return {
+        **loop_figures,
         "bridge": bridge.as_dict(),
         "ceiling": {
             "events_per_s": round(mean_ceiling, 1),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -62,9 +63,10 @@ def _visible_query() -> Select[Any]:
             _xid8_as_bigint(func.pg_snapshot_xmax(snapshot.c.s)).label("horizon_high"),
             *(events.c[column.name] for column in ROW_COLUMNS),
         )
-        # The outer join returns the snapshot even when no row is visible.
+        # The outer join returns the snapshot even when no row is visible. No outer ORDER BY: the lateral
+        # read is already in seq order, and sorting its rows again (wide, with their payloads) took half the
+        # statement's time on the server; `snapshot_rows` checks the order and sorts only if it is not.
         .select_from(snapshot.outerjoin(events, true()))
-        .order_by(events.c.seq)
     )
 
 
@@ -89,6 +91,9 @@ class PostgresSession:
         cursor_result.close()
         # Positional: after the two horizon columns come ROW_COLUMNS, in OutboxRow's field order.
         rows = tuple(OutboxRow(*row[2:]) for row in result if row[2] is not None)
+        seqs = [row.seq for row in rows]
+        if not all(map(operator.lt, seqs, seqs[1:])):
+            rows = tuple(sorted(rows, key=operator.attrgetter("seq")))
         if rows and rows[0].occurred_at.tzinfo is not UTC:
             # A session not set to UTC (a connection from elsewhere than `make_engine`): normalise.
             rows = tuple(row._replace(occurred_at=as_utc(row.occurred_at)) for row in rows)

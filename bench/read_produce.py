@@ -1,0 +1,101 @@
+"""The second ceiling: a bare read-and-produce loop over the bridge's own query, with no tracking.
+
+Run as `python -m bench.read_produce --topic T --count N` with the bridge's environment. It does the
+work any relay of this outbox must do and nothing else: read the rows after a seq with the bridge's
+PostgreSQL query (`PostgresSession.snapshot_rows`, the visible rows and the snapshot's horizon in one
+statement, a pooled connection per read as the bridge takes it), build each record in the design's
+format (`build_record`: key, payload, the five headers, the JSON check), and produce it with a
+counting delivery callback. No hole rule, no ack tracker, no lease, no metrics, no checkpoints: the
+bridge's rate beside this one is what its own guarantees cost. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from bench.bridge_process import ROOT, child_environ
+
+
+def measure(topic: str, count: int) -> dict[str, Any]:
+    from confluent_kafka import KafkaError, Message, Producer
+
+    from bridge.config import load_config
+    from bridge.core.records import build_record
+    from bridge.daemon.memory import daemon_gc
+    from bridge.kafka.producer_settings import producer_settings
+    from bridge.store.engine import make_engine
+    from bridge.store.postgres import PostgresSession
+
+    config = load_config()
+    settings = producer_settings(config)
+    engine = make_engine(config.db_url.get_secret_value())
+    batch = config.read_batch_size
+    acked = failed = 0
+
+    def delivered(err: KafkaError | None, _: Message) -> None:
+        nonlocal acked, failed
+        if err is None:
+            acked += 1
+        else:
+            failed += 1
+
+    def route(_aggregate_type: str) -> str:
+        return topic
+
+    producer = Producer(settings.conf)
+    producer.list_topics(topic, timeout=30)  # connect and learn the partitions before the clock starts
+    produce, poll = producer.produce, producer.poll
+    after = sent = 0
+    with daemon_gc():  # the collector's pace the daemon runs at: an interpreter setting, not the bridge's logic
+        started = time.monotonic()
+        while sent < count:
+            with engine.connect() as conn:
+                _, _, rows = PostgresSession(conn).snapshot_rows(after, min(batch, count - sent))
+            if not rows:
+                raise RuntimeError(f"the outbox holds only {sent} rows; {count} were asked for")
+            for row in rows:
+                record = build_record(row, route)
+                while True:
+                    try:
+                        produce(record.topic, record.value, record.key, headers=record.headers,
+                                on_delivery=delivered)
+                        break
+                    except BufferError:
+                        poll(0.05)
+            sent += len(rows)
+            after = rows[-1].seq
+            poll(0)
+        producer.flush(300)
+        elapsed = time.monotonic() - started
+    engine.dispose()
+    return {"events": count, "acked": acked, "failed": failed, "seconds": elapsed, "events_per_s": count / elapsed,
+            "read_batch_size": batch}
+
+
+def run_read_produce(env: Mapping[str, str], topic: str, count: int) -> dict[str, Any]:
+    """Run the loop in its own process, like the bridge, with the bridge's environment."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.read_produce", "--topic", topic, "--count", str(count)],
+        env=child_environ(env), cwd=ROOT, capture_output=True, text=True, check=False, timeout=1800,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"the read-and-produce loop failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--count", type=int, required=True)
+    args = parser.parse_args()
+    print(json.dumps(measure(args.topic, args.count)))
+
+
+if __name__ == "__main__":
+    main()
