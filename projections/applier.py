@@ -19,6 +19,7 @@ from projections.declaration import Projection
 from projections.envelope import ENVELOPE, ERROR, decode
 from projections.horizon import DedupHorizon, Floor
 from projections.kind import Batch
+from projections.kinds.base import highest_seq
 from projections.lake import Lake
 from projections.observed import BatchObservation, bad, batch_stats, count_batch, end_offsets, valid
 from projections.payload import ResolvedPayload
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from projections.metrics import ProjectionMetrics
 
 log = logging.getLogger(__name__)
+
+#: Appended to the app id of a batch's second write to the same table (`apply_split`), so each has its own `Txn`.
+BELOW_TABLE_TXN = "/below-table"
 
 _EVENT_COLUMNS = [
     c for c in ENVELOPE if c not in ("value", "seq_text", "occurred_at_text", "kafka_timestamp")
@@ -72,7 +76,9 @@ class BatchApplier:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         try:
-            if self.observation is not None:
+            if self.observation is not None and self.projection.kind.appends_above_table:
+                stats = self.apply_split(batch, batch_id)
+            elif self.observation is not None:
                 stats = self.apply_observed(batch, batch_id)
             else:
                 stats = self.apply(batch, batch_id)
@@ -129,9 +135,10 @@ class BatchApplier:
                 if horizon is not None:
                     floor = self._floor(session, horizon)
                     if not floor.passes(stats.min_seq, _time(stats.first_event_time)):
-                        events, seq_range, refused = self._refuse_beyond(
-                            events, (stats.min_seq, stats.max_seq), horizon, floor, batch_id
-                        )
+                        refused = self._refuse_beyond(events, horizon, floor, batch_id)
+                        if refused:
+                            events = events.where(~self.projection.kind.beyond_horizon(floor))
+                            seq_range = _seq_range(events)
                         stats = dataclasses.replace(
                             stats, applied=stats.applied - refused, beyond_horizon=refused
                         )
@@ -186,6 +193,61 @@ class BatchApplier:
         clock.lap("progress_record")
         return stats
 
+    def apply_split(self, decoded: DataFrame, batch_id: int) -> BatchStats:
+        """Apply one decoded micro-batch carrying the query's observation, split at the table's highest seq.
+
+        Events above it cannot be in the table: the kind appends them (`append_new`), and that write is the
+        first read of the batch, which the observation counts. Only if the batch holds events at or below it (a
+        replay, a partition that lags behind the others) does a second pass MERGE those, under a `Txn` of its
+        own: both writes go to one table, and a shared one would make the second skip itself. The horizon's
+        floor is applied to both as a filter; what it refused is counted afterwards, only when the batch's
+        earliest event could be behind it.
+        """
+        assert self.observation is not None
+        session = decoded.sparkSession
+        kind = self.projection.kind
+        table = self.lake.table(self.projection.name)
+        txn = Txn(self.app_id, batch_id)
+        self.phases = {}
+        clock = _Clock(self.phases)
+        # Read again on a batch Spark runs again: its append may have landed, and then decides the split.
+        high = highest_seq(session, table)
+        horizon = kind.dedup_horizon()
+        floor = self._floor(session, horizon) if horizon is not None else None
+        events = self._events(decoded)
+        if floor is not None:
+            events = events.where(~kind.beyond_horizon(floor))
+        above = events if high is None else events.where(F.col("seq") > F.lit(high))
+        kind.append_new(self._batch(session, txn, above, None))
+        clock.lap("read_decode_append")
+        counted = self.observation.metrics(batch_id)
+        offsets = None if self.checkpoint is None else end_offsets(self.checkpoint, batch_id, session)
+        if counted is None or not counted["rows"] or offsets is None:
+            # The append read nothing (it had landed, and `Txn` skipped it; or the batch is empty), or the
+            # observation or offsets are not to be had: count the batch the old way.
+            stats = count_batch(decoded)
+            clock.lap("read_decode_stats")
+        else:
+            stats = batch_stats(counted, offsets)
+        if floor is not None and stats.applied and not floor.passes(stats.min_seq, _time(stats.first_event_time)):
+            assert horizon is not None
+            refused = self._refuse_beyond(self._events(decoded), horizon, floor, batch_id)
+            stats = dataclasses.replace(stats, applied=stats.applied - refused, beyond_horizon=refused)
+            clock.lap("horizon")
+        if high is not None and stats.min_seq is not None and stats.min_seq <= high:
+            below = events.where(F.col("seq") <= F.lit(high))
+            kind.apply(self._batch(session, Txn(self.app_id + BELOW_TABLE_TXN, batch_id), below, (stats.min_seq, high)))
+            clock.lap("merge_below_table")
+        if stats.quarantined:
+            self._quarantine(decoded, batch_id, stats.quarantined, txn)
+            clock.lap("quarantine")
+        if horizon is not None and floor is not None and horizon.prunes_after(batch_id):
+            self._prune(session, horizon, floor, batch_id)
+            clock.lap("prune")
+        self.record(session, batch_id, stats)
+        clock.lap("progress_record")
+        return stats
+
     def _batch(self, session: Any, txn: Txn, events: DataFrame, seq_range: tuple[int, int] | None) -> Batch:
         return Batch(
             session=session,
@@ -236,19 +298,12 @@ class BatchApplier:
         recorded = self._recorded(session)
         return horizon.floor(recorded.max_seq, _time(recorded.last_event_time))
 
-    def _refuse_beyond(
-        self,
-        events: DataFrame,
-        seq_range: tuple[int, int],
-        horizon: DedupHorizon,
-        floor: Floor,
-        batch_id: int,
-    ) -> tuple[DataFrame, tuple[int, int] | None, int]:
-        """Set aside the events behind the floor: log them, return the rest, its seq range and how many."""
+    def _refuse_beyond(self, events: DataFrame, horizon: DedupHorizon, floor: Floor, batch_id: int) -> int:
+        """Count and log the events behind the floor (refused: the caller leaves them out)."""
         behind = self.projection.kind.beyond_horizon(floor)
         refused = events.where(behind).count()
         if not refused:
-            return events, seq_range, 0
+            return 0
         sample = [
             {"event_id": r["event_id"], "seq": r["seq"], "topic": r["topic"], "partition": r["partition"],
              "offset": r["offset"]}
@@ -268,8 +323,7 @@ class BatchApplier:
                 "sample": sample,
             },
         )
-        kept = events.where(~behind)
-        return kept, _seq_range(kept), refused
+        return refused
 
     def _prune(self, session: Any, horizon: DedupHorizon, floor: Floor, batch_id: int) -> None:
         pruned = self.projection.kind.prune(session, self.projection, self.payload, self.lake, floor)

@@ -44,6 +44,20 @@ def ensure_table(session: SparkSession, path: str, schema: StructType, comment: 
     builder.execute()
 
 
+def highest_seq(session: SparkSession, path: str) -> int | None:
+    """The highest seq in the Delta table at `path`, None when it is empty. Delta answers MAX from the files'
+    statistics in its log, without reading them (`OptimizeMetadataOnlyDeltaQuery`)."""
+    from pyspark.sql import functions as F
+
+    row = session.read.format("delta").load(path).agg(F.max("seq")).first()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def append(batch: Batch, path: str, rows: DataFrame) -> None:
+    """Append `rows` to the Delta table at `path`, once per batch (`Txn`): nothing to compare them with."""
+    rows.write.format("delta").mode("append").options(**batch.txn.writer_options()).save(path)
+
+
 def insert_new(batch: Batch, path: str, rows: DataFrame, match: str) -> None:
     """Insert the `rows` (alias `s`) that the Delta table at `path` (alias `t`) lacks by `match`, once per batch.
 
