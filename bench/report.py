@@ -411,9 +411,9 @@ _SPARK_PHASES = {
 }
 _APPLIER_STEPS = {
     "read_decode_apply": "one pass: read from Kafka, decode, count (streaming observation) and the kind's MERGE",
-    "read_decode_append": "one pass: read from Kafka, decode, count (streaming observation) and append the events "
-                          "above the table's highest seq",
-    "merge_below_table": "second pass: MERGE the events at or below the table's highest seq",
+    "read_decode_merge": "one pass: read from Kafka, decode, count (streaming observation) and the kind's MERGE "
+                         "from a guessed low seq",
+    "merge_below_guess": "second pass: the kind's MERGE of the events below the guessed low seq",
     "read_decode_stats": "read from Kafka, decode, cache and count (`_stats`, one Spark job)",
     "quarantine": "quarantine the malformed",
     "horizon": "deduplication horizon check",

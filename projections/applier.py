@@ -32,8 +32,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Appended to the app id of a batch's second write to the same table (`apply_split`), so each has its own `Txn`.
-BELOW_TABLE_TXN = "/below-table"
+#: Appended to the app id of a batch's second write to the same table (`apply_from_guess`), so each has its own
+#: `Txn`.
+BELOW_GUESS_TXN = "/below-guess"
+#: The top of a seq range that is open above (seqs are BIGINT).
+_TOP_SEQ = 2**63 - 1
 
 _EVENT_COLUMNS = [
     c for c in ENVELOPE if c not in ("value", "seq_text", "occurred_at_text", "kafka_timestamp")
@@ -76,8 +79,8 @@ class BatchApplier:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         try:
-            if self.observation is not None and self.projection.kind.appends_above_table:
-                stats = self.apply_split(batch, batch_id)
+            if self.observation is not None and self.projection.kind.range_only_prunes:
+                stats = self.apply_from_guess(batch, batch_id)
             elif self.observation is not None:
                 stats = self.apply_observed(batch, batch_id)
             else:
@@ -193,37 +196,35 @@ class BatchApplier:
         clock.lap("progress_record")
         return stats
 
-    def apply_split(self, decoded: DataFrame, batch_id: int) -> BatchStats:
-        """Apply one decoded micro-batch carrying the query's observation, split at the table's highest seq.
+    def apply_from_guess(self, decoded: DataFrame, batch_id: int) -> BatchStats:
+        """Apply one decoded micro-batch carrying the query's observation, for a kind whose seq range only prunes.
 
-        Events above it cannot be in the table: the kind appends them (`append_new`), and that write is the
-        first read of the batch, which the observation counts. Only if the batch holds events at or below it (a
-        replay, a partition that lags behind the others) does a second pass MERGE those, under a `Txn` of its
-        own: both writes go to one table, and a shared one would make the second skip itself. The horizon's
-        floor is applied to both as a filter; what it refused is counted afterwards, only when the batch's
-        earliest event could be behind it.
+        The range's low end is guessed before the batch is read: where the batch before began (the stream's
+        partitions move forward together), or, with no batch recorded, above the table's highest seq (Delta
+        answers that MAX from its files' statistics). The kind's MERGE of the events from there up is the first
+        read of the batch, which the observation counts. Events below the guess (a replay, a lagging
+        partition, a re-send) are MERGEd in a second pass, under a `Txn` of their own: both writes go to one
+        table, and a shared one would make the second skip itself. The horizon's floor filters both; what it
+        refused is counted afterwards, only when the batch's earliest event could be behind it.
         """
         assert self.observation is not None
         session = decoded.sparkSession
         kind = self.projection.kind
-        table = self.lake.table(self.projection.name)
         txn = Txn(self.app_id, batch_id)
         self.phases = {}
         clock = _Clock(self.phases)
-        # Read again on a batch Spark runs again: its append may have landed, and then decides the split.
-        high = highest_seq(session, table)
+        low = self._guess_low(session)
         horizon = kind.dedup_horizon()
         floor = self._floor(session, horizon) if horizon is not None else None
         events = self._events(decoded)
         if floor is not None:
             events = events.where(~kind.beyond_horizon(floor))
-        above = events if high is None else events.where(F.col("seq") > F.lit(high))
-        kind.append_new(self._batch(session, txn, above, None))
-        clock.lap("read_decode_append")
+        refused = kind.apply(self._batch(session, txn, events.where(F.col("seq") >= F.lit(low)), (low, _TOP_SEQ)))
+        clock.lap("read_decode_merge")
         counted = self.observation.metrics(batch_id)
         offsets = None if self.checkpoint is None else end_offsets(self.checkpoint, batch_id, session)
         if counted is None or not counted["rows"] or offsets is None:
-            # The append read nothing (it had landed, and `Txn` skipped it; or the batch is empty), or the
+            # The MERGE read nothing (it had landed, and `Txn` skipped it; or the batch is empty), or the
             # observation or offsets are not to be had: count the batch the old way.
             stats = count_batch(decoded)
             clock.lap("read_decode_stats")
@@ -231,13 +232,16 @@ class BatchApplier:
             stats = batch_stats(counted, offsets)
         if floor is not None and stats.applied and not floor.passes(stats.min_seq, _time(stats.first_event_time)):
             assert horizon is not None
-            refused = self._refuse_beyond(self._events(decoded), horizon, floor, batch_id)
-            stats = dataclasses.replace(stats, applied=stats.applied - refused, beyond_horizon=refused)
+            refused += self._refuse_beyond(self._events(decoded), horizon, floor, batch_id)
             clock.lap("horizon")
-        if high is not None and stats.min_seq is not None and stats.min_seq <= high:
-            below = events.where(F.col("seq") <= F.lit(high))
-            kind.apply(self._batch(session, Txn(self.app_id + BELOW_TABLE_TXN, batch_id), below, (stats.min_seq, high)))
-            clock.lap("merge_below_table")
+        if stats.min_seq is not None and stats.min_seq < low:
+            below = events.where(F.col("seq") < F.lit(low))
+            refused += kind.apply(
+                self._batch(session, Txn(self.app_id + BELOW_GUESS_TXN, batch_id), below, (stats.min_seq, low - 1))
+            )
+            clock.lap("merge_below_guess")
+        if refused:
+            stats = dataclasses.replace(stats, applied=stats.applied - refused, beyond_horizon=refused)
         if stats.quarantined:
             self._quarantine(decoded, batch_id, stats.quarantined, txn)
             clock.lap("quarantine")
@@ -247,6 +251,14 @@ class BatchApplier:
         self.record(session, batch_id, stats)
         clock.lap("progress_record")
         return stats
+
+    def _guess_low(self, session: Any) -> int:
+        """Where this batch's events are guessed to start (see `apply_from_guess`); any guess is correct."""
+        recorded = self._recorded(session)
+        if recorded.last_batch_min_seq is not None:
+            return recorded.last_batch_min_seq
+        high = highest_seq(session, self.lake.table(self.projection.name))
+        return 0 if high is None else high + 1
 
     def _batch(self, session: Any, txn: Txn, events: DataFrame, seq_range: tuple[int, int] | None) -> Batch:
         return Batch(

@@ -76,15 +76,16 @@ class Kind(ABC):
     #: the batch's lowest seq before anything is written). The runner then counts each batch while that action
     #: reads it (`projections.observed`) instead of in a Spark job of its own before `apply`.
     counts_while_applying: ClassVar[bool] = False
-    #: True when the kind can write events above every seq its table holds with `append_new`, in one pass: no
-    #: such event can be in the table yet. The applier then appends those while the observation counts the
-    #: batch, and hands `apply` only the events at or below the table's highest seq, when there are any.
-    appends_above_table: ClassVar[bool] = False
+    #: True when `apply` reads `batch.events` once, in its first action (as above), and the seq range only
+    #: narrows which table files it reads: any range that holds every event of the batch gives the same result.
+    #: The applier then guesses the range's low end before it reads the batch (`BatchApplier.apply_from_guess`),
+    #: applies the events from there in one pass counted by the observation, and the rest, if any, in a second.
+    range_only_prunes: ClassVar[bool] = False
 
     @property
     def reads_batches_once(self) -> bool:
         """Whether the runner hands this kind's applier decoded batches that count themselves as they are read."""
-        return self.counts_while_applying or self.appends_above_table
+        return self.counts_while_applying or self.range_only_prunes
 
     def validate(self, projection: Declaration) -> None:  # noqa: B027 - most kinds have nothing to check
         """Raise DeclarationError when the declaration does not suit this kind."""
@@ -112,10 +113,6 @@ class Kind(ABC):
         """Apply the batch's events to the tables, each write inside `batch.txn.applied_once(...)`.
 
         Return how many of them the kind refused rather than applied (counted as beyond the horizon)."""
-
-    def append_new(self, batch: Batch) -> None:
-        """Write the batch's events, each above every seq in the table, inside `batch.txn` (`appends_above_table`)."""
-        raise NotImplementedError(f"{self.name} does not append; it applies every batch with apply()")
 
     def live_rows(self, table: DataFrame) -> DataFrame:
         """What readers should see of the table (tombstones filtered out, for kinds that keep them)."""

@@ -46,6 +46,9 @@ class Progress:
     last_event_time: str | None = None
     last_batch: dict[str, int] = field(default_factory=dict)
     events_beyond_horizon: int = 0
+    #: The lowest seq of the last batch that had a valid event: where the next batch's MERGE guesses its events
+    #: start (`BatchApplier.apply_from_guess`).
+    last_batch_min_seq: int | None = None
 
     def advanced(self, batch_id: int, stats: BatchStats, now: datetime | None = None) -> Progress:
         """The record after one more batch: positions only move forward."""
@@ -75,6 +78,7 @@ class Progress:
             # A batch run again after a failure is counted once.
             events_beyond_horizon=self.events_beyond_horizon
             + (stats.beyond_horizon if batch_id != self.batch_id else 0),
+            last_batch_min_seq=self.last_batch_min_seq if stats.min_seq is None else stats.min_seq,
         )
 
     def to_json(self) -> str:

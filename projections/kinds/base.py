@@ -53,11 +53,6 @@ def highest_seq(session: SparkSession, path: str) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
-def append(batch: Batch, path: str, rows: DataFrame) -> None:
-    """Append `rows` to the Delta table at `path`, once per batch (`Txn`): nothing to compare them with."""
-    rows.write.format("delta").mode("append").options(**batch.txn.writer_options()).save(path)
-
-
 def insert_new(batch: Batch, path: str, rows: DataFrame, match: str) -> None:
     """Insert the `rows` (alias `s`) that the Delta table at `path` (alias `t`) lacks by `match`, once per batch.
 
