@@ -6,6 +6,7 @@ benchmark sample the bridge's RSS alone (psutil, in a background thread).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -45,6 +47,18 @@ def child_environ(settings: Mapping[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BRIDGE_", "OUTBOX_", "KAFKA_"))}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return {**env, **settings}
+
+
+def run_measurement(module: str, args: list[str], env: Mapping[str, str], what: str) -> dict[str, Any]:
+    """Run `python -m module args` in its own process (like the bridge) with the bridge's environment `env`,
+    and return the JSON object it prints last; `what` names it in the error when it fails."""
+    result = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        env=child_environ(env), cwd=ROOT, capture_output=True, text=True, check=False, timeout=1800,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 @dataclass

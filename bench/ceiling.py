@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from bench.bridge_process import ROOT, child_environ
+from bench.bridge_process import run_measurement
 
 
 def measure(topic: str, count: int, keys: int, prefix: str) -> dict[str, Any]:
@@ -68,14 +66,8 @@ def measure(topic: str, count: int, keys: int, prefix: str) -> dict[str, Any]:
 
 def run_ceiling(env: Mapping[str, str], topic: str, count: int, keys: int, prefix: str = "c") -> dict[str, Any]:
     """Run the ceiling in its own process (like the bridge) with the bridge's environment."""
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.ceiling", "--topic", topic, "--count", str(count), "--keys", str(keys),
-         "--prefix", prefix],
-        env=child_environ(env), cwd=ROOT, capture_output=True, text=True, check=False, timeout=1800,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"the ceiling producer failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    args = ["--topic", topic, "--count", str(count), "--keys", str(keys), "--prefix", prefix]
+    return run_measurement("bench.ceiling", args, env, "the ceiling producer")
 
 
 def main() -> None:

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from bench.bridge_process import ROOT, child_environ
+from bench.bridge_process import run_measurement
 
 
 def measure(topic: str, count: int) -> dict[str, Any]:
@@ -80,13 +78,8 @@ def measure(topic: str, count: int) -> dict[str, Any]:
 
 def run_read_produce(env: Mapping[str, str], topic: str, count: int) -> dict[str, Any]:
     """Run the loop in its own process, like the bridge, with the bridge's environment."""
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.read_produce", "--topic", topic, "--count", str(count)],
-        env=child_environ(env), cwd=ROOT, capture_output=True, text=True, check=False, timeout=1800,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"the read-and-produce loop failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return run_measurement("bench.read_produce", ["--topic", topic, "--count", str(count)], env,
+                           "the read-and-produce loop")
 
 
 def main() -> None:

@@ -178,15 +178,7 @@ class BatchApplier:
         clock = _Clock(self.phases)
         refused = self.projection.kind.apply(self._batch(session, txn, self._events(decoded), None))
         clock.lap("read_decode_apply")
-        counted = self.observation.metrics(batch_id)
-        offsets = None if self.checkpoint is None else end_offsets(self.checkpoint, batch_id, session)
-        if counted is None or not counted["rows"] or offsets is None:
-            # The MERGE read nothing (Spark runs again a batch whose MERGE had landed, and `Txn` skipped it; or
-            # the batch is empty), or the observation or offsets are not to be had: count it the old way.
-            stats = count_batch(decoded)
-            clock.lap("read_decode_stats")
-        else:
-            stats = batch_stats(counted, offsets)
+        stats = self._observed(decoded, batch_id, clock)
         if refused:
             stats = dataclasses.replace(stats, applied=stats.applied - refused, beyond_horizon=refused)
         if stats.quarantined:
@@ -221,15 +213,7 @@ class BatchApplier:
             events = events.where(~kind.beyond_horizon(floor))
         refused = kind.apply(self._batch(session, txn, events.where(F.col("seq") >= F.lit(low)), (low, _TOP_SEQ)))
         clock.lap("read_decode_merge")
-        counted = self.observation.metrics(batch_id)
-        offsets = None if self.checkpoint is None else end_offsets(self.checkpoint, batch_id, session)
-        if counted is None or not counted["rows"] or offsets is None:
-            # The MERGE read nothing (it had landed, and `Txn` skipped it; or the batch is empty), or the
-            # observation or offsets are not to be had: count the batch the old way.
-            stats = count_batch(decoded)
-            clock.lap("read_decode_stats")
-        else:
-            stats = batch_stats(counted, offsets)
+        stats = self._observed(decoded, batch_id, clock)
         if floor is not None and stats.applied and not floor.passes(stats.min_seq, _time(stats.first_event_time)):
             assert horizon is not None
             refused += self._refuse_beyond(self._events(decoded), horizon, floor, batch_id)
@@ -251,6 +235,19 @@ class BatchApplier:
         self.record(session, batch_id, stats)
         clock.lap("progress_record")
         return stats
+
+    def _observed(self, decoded: DataFrame, batch_id: int, clock: _Clock) -> BatchStats:
+        """What the batch's first write counted as it read the batch, with the offset log's end offsets. If it
+        read nothing (Spark runs again a batch whose write had landed, and `Txn` skipped it; or the batch is
+        empty), or the observation or offsets are not to be had, the batch is counted the old way."""
+        assert self.observation is not None
+        counted = self.observation.metrics(batch_id)
+        offsets = None if self.checkpoint is None else end_offsets(self.checkpoint, batch_id, decoded.sparkSession)
+        if counted is None or not counted["rows"] or offsets is None:
+            stats = count_batch(decoded)
+            clock.lap("read_decode_stats")
+            return stats
+        return batch_stats(counted, offsets)
 
     def _guess_low(self, session: Any) -> int:
         """Where this batch's events are guessed to start (see `apply_from_guess`); any guess is correct."""
