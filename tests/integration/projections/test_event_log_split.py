@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,7 +35,12 @@ BAD = [
 ]
 
 
-def _applied(caplog: pytest.LogCaptureFixture) -> list[Any]:
+def _applied_by(caplog: pytest.LogCaptureFixture, run: Callable[[], None]) -> list[Any]:
+    """The "batch applied" log records of the batches `run` applies (and no earlier ones: an earlier test may
+    have left the applier's logger at INFO, so they are captured outside `at_level` too)."""
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="projections.applier"):
+        run()
     return [r for r in caplog.records if r.getMessage() == "batch applied"]
 
 
@@ -87,15 +93,12 @@ def test_split_batches_leave_what_the_two_pass_path_leaves(
     split, merged = harness.lake("split"), harness.lake("merged")
 
     produce(harness.bootstrap, topic, first)
-    with caplog.at_level(logging.INFO, logger="projections.applier"):
-        harness.run([projection], topic, split)
+    [one] = _applied_by(caplog, lambda: harness.run([projection], topic, split))
     harness.run([_two_pass(projection)], topic, merged)
     produce(harness.bootstrap, topic, second)
-    with caplog.at_level(logging.INFO, logger="projections.applier"):
-        harness.run([projection], topic, split)
+    [two] = _applied_by(caplog, lambda: harness.run([projection], topic, split))
     harness.run([_two_pass(projection)], topic, merged)
 
-    one, two = (r for r in _applied(caplog))
     # The first round: one pass (the MERGE reads and counts the batch), nothing below the guess.
     assert "read_decode_merge" in one.phases and "merge_below_guess" not in one.phases, one.phases
     assert "read_decode_stats" not in one.phases, one.phases
@@ -150,9 +153,8 @@ def test_a_batch_run_again_after_its_first_merge_landed_leaves_what_an_unbroken_
 
     # Spark runs batch 1 again: its first MERGE landed, so its `Txn` skips it and nothing is read or counted
     # there; the batch is counted in a job of its own, and the events below the guess are MERGEd.
-    with caplog.at_level(logging.INFO, logger="projections.applier"):
-        harness.run([projection], topic, crashed)
-    [retried] = [r for r in _applied(caplog) if r.batch_id == 1]
+    [retried] = _applied_by(caplog, lambda: harness.run([projection], topic, crashed))
+    assert retried.batch_id == 1
     assert "read_decode_stats" in retried.phases and "merge_below_guess" in retried.phases, retried.phases
     assert (retried.rows, retried.quarantined) == (len(second), len(BAD))
 
