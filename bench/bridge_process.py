@@ -49,6 +49,20 @@ def child_environ(settings: Mapping[str, str]) -> dict[str, str]:
     return {**env, **settings}
 
 
+@dataclass
+class Deliveries:
+    """A delivery callback for a bare producer (the ceilings): counts what was acknowledged and what failed."""
+
+    acked: int = 0
+    failed: int = 0
+
+    def __call__(self, err: Any, _msg: Any) -> None:
+        if err is None:
+            self.acked += 1
+        else:
+            self.failed += 1
+
+
 def run_measurement(module: str, args: list[str], env: Mapping[str, str], what: str) -> dict[str, Any]:
     """Run `python -m module args` in its own process (like the bridge) with the bridge's environment `env`,
     and return the JSON object it prints last; `what` names it in the error when it fails."""

@@ -15,11 +15,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from bench.bridge_process import run_measurement
+from bench.bridge_process import Deliveries, run_measurement
 
 
 def measure(topic: str, count: int, keys: int, prefix: str) -> dict[str, Any]:
-    from confluent_kafka import KafkaError, Message, Producer
+    from confluent_kafka import Producer
 
     from bench.workload import Workload, now_iso
     from bridge.config import load_config
@@ -29,15 +29,7 @@ def measure(topic: str, count: int, keys: int, prefix: str) -> dict[str, Any]:
     workload = Workload(prefix=prefix, keys=keys)
     occurred_at = now_iso()
     records = [workload.kafka_record(i, i + 1, occurred_at) for i in range(count)]
-    acked = 0
-    failed = 0
-
-    def delivered(err: KafkaError | None, _: Message) -> None:
-        nonlocal acked, failed
-        if err is None:
-            acked += 1
-        else:
-            failed += 1
+    delivered = Deliveries()
 
     producer = Producer(settings.conf)
     producer.list_topics(topic, timeout=30)  # connect and learn the partitions before the clock starts
@@ -56,8 +48,8 @@ def measure(topic: str, count: int, keys: int, prefix: str) -> dict[str, Any]:
     elapsed = time.monotonic() - started
     return {
         "events": count,
-        "acked": acked,
-        "failed": failed,
+        "acked": delivered.acked,
+        "failed": delivered.failed,
         "seconds": elapsed,
         "events_per_s": count / elapsed,
         "producer_settings": settings.masked(),

@@ -17,11 +17,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from bench.bridge_process import run_measurement
+from bench.bridge_process import Deliveries, run_measurement
 
 
 def measure(topic: str, count: int) -> dict[str, Any]:
-    from confluent_kafka import KafkaError, Message, Producer
+    from confluent_kafka import Producer
 
     from bridge.config import load_config
     from bridge.core.records import build_record
@@ -34,14 +34,7 @@ def measure(topic: str, count: int) -> dict[str, Any]:
     settings = producer_settings(config)
     engine = make_engine(config.db_url.get_secret_value())
     batch = config.read_batch_size
-    acked = failed = 0
-
-    def delivered(err: KafkaError | None, _: Message) -> None:
-        nonlocal acked, failed
-        if err is None:
-            acked += 1
-        else:
-            failed += 1
+    delivered = Deliveries()
 
     def route(_aggregate_type: str) -> str:
         return topic
@@ -72,8 +65,8 @@ def measure(topic: str, count: int) -> dict[str, Any]:
         producer.flush(300)
         elapsed = time.monotonic() - started
     engine.dispose()
-    return {"events": count, "acked": acked, "failed": failed, "seconds": elapsed, "events_per_s": count / elapsed,
-            "read_batch_size": batch}
+    return {"events": count, "acked": delivered.acked, "failed": delivered.failed, "seconds": elapsed,
+            "events_per_s": count / elapsed, "read_batch_size": batch}
 
 
 def run_read_produce(env: Mapping[str, str], topic: str, count: int) -> dict[str, Any]:

@@ -178,15 +178,7 @@ class BatchApplier:
         clock = _Clock(self.phases)
         refused = self.projection.kind.apply(self._batch(session, txn, self._events(decoded), None))
         clock.lap("read_decode_apply")
-        stats = self._observed(decoded, batch_id, clock)
-        if refused:
-            stats = dataclasses.replace(stats, applied=stats.applied - refused, beyond_horizon=refused)
-        if stats.quarantined:
-            self._quarantine(decoded, batch_id, stats.quarantined, txn)
-            clock.lap("quarantine")
-        self.record(session, batch_id, stats)
-        clock.lap("progress_record")
-        return stats
+        return self._finish(decoded, txn, self._observed(decoded, batch_id, clock), refused, clock)
 
     def apply_from_guess(self, decoded: DataFrame, batch_id: int) -> BatchStats:
         """Apply one decoded micro-batch carrying the query's observation, for a kind whose seq range only prunes.
@@ -224,15 +216,20 @@ class BatchApplier:
                 self._batch(session, Txn(self.app_id + BELOW_GUESS_TXN, batch_id), below, (stats.min_seq, low - 1))
             )
             clock.lap("merge_below_guess")
-        if refused:
-            stats = dataclasses.replace(stats, applied=stats.applied - refused, beyond_horizon=refused)
-        if stats.quarantined:
-            self._quarantine(decoded, batch_id, stats.quarantined, txn)
-            clock.lap("quarantine")
         if horizon is not None and floor is not None and horizon.prunes_after(batch_id):
             self._prune(session, horizon, floor, batch_id)
             clock.lap("prune")
-        self.record(session, batch_id, stats)
+        return self._finish(decoded, txn, stats, refused, clock)
+
+    def _finish(self, decoded: DataFrame, txn: Txn, stats: BatchStats, refused: int, clock: _Clock) -> BatchStats:
+        """The end of a one-pass batch: `refused` events out of the applied, the bad records set aside (the batch
+        read again, after its counts were taken), the progress record."""
+        if refused:
+            stats = dataclasses.replace(stats, applied=stats.applied - refused, beyond_horizon=refused)
+        if stats.quarantined:
+            self._quarantine(decoded, txn.version, stats.quarantined, txn)
+            clock.lap("quarantine")
+        self.record(decoded.sparkSession, txn.version, stats)
         clock.lap("progress_record")
         return stats
 

@@ -1,11 +1,12 @@
 """Counting a micro-batch while the kind's MERGE reads it, instead of in a Spark job of its own first.
 
 The applier's `source` puts Spark's streaming observation (`DataFrame.observe`) on the decoded stream of a
-kind that `counts_while_applying`. Its aggregates are computed by the tasks that read the batch, whichever
-action runs them: in the applier, that is the kind's MERGE, which materializes its source once. The applier then reads
-them from the batch's query execution (`BatchObservation.metrics`) as soon as the MERGE has returned, before
-anything else reads the batch again (each further read of the batch adds to them). The end offsets come
-from the query's offset log, which Spark writes before it runs the batch (`end_offsets`).
+kind whose batches are read once (`Kind.reads_batches_once`). Its aggregates are computed by the tasks that
+read the batch, whichever action runs them: in the applier, that is the kind's first MERGE, which
+materializes its source once. The applier then reads them from the batch's query execution
+(`BatchObservation.metrics`) as soon as the MERGE has returned, before anything else reads the batch again
+(each further read of the batch adds to them). The end offsets come from the query's offset log, which Spark
+writes before it runs the batch (`end_offsets`).
 
 What the observation did not count is counted in a Spark job of its own (`count_batch`, which the two-pass
 path uses for every batch): a batch whose MERGE was skipped because it had landed before (`Txn`) reads

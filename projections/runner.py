@@ -58,8 +58,8 @@ def start(
     payload = prepare(spark, projection, lake)
     checkpoint = lake.checkpoint(projection.name)
     app_id = checkpoint_app_id(checkpoint, projection.name, spark)
-    # A kind that counts while applying gets its batches decoded, with the observation that counts them on
-    # (`BatchApplier.source`).
+    # A kind whose batches are read once (`Kind.reads_batches_once`) gets them decoded, with the observation that
+    # counts them on (`BatchApplier.source`).
     observation = BatchObservation(spark, projection.name) if projection.kind.reads_batches_once else None
     applier = BatchApplier(projection, payload, lake, app_id, metrics, observation, checkpoint)
     subscription, topics = projection.source_option(settings.topic_template)
