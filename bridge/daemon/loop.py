@@ -150,6 +150,10 @@ class BridgeDaemon:
         self._published: dict[str, Any] = {}  # topic -> its events_published child, looked up once
         self._published_pending: dict[str, int] = {}  # acks not yet added to events_published
         self._sent: dict[int, _Sent] = {}
+        #: When the next outbox read may start: a read that found fewer rows than it asked for (the bridge has
+        #: caught up) holds the next one back for `poll_interval_min_s`, so a trickle of commits is read a few
+        #: rows at a time, not one query per row (`_run_loop`). 0 after a full read: a backlog reads at once.
+        self._next_read_at = 0.0
         self.tracker: AckTracker | None = None
         self.last_error: str | None = None
         self.holes_settled = 0
@@ -277,6 +281,10 @@ class BridgeDaemon:
                     publisher = self._checkpoint(tracker, reader, publisher)
                     checkpointed_at = now
                 read_any = False
+                if now < self._next_read_at:
+                    # Caught up: let the next rows gather; acks are still handled meanwhile.
+                    publisher.poll(self._next_read_at - now)
+                    continue
                 if tracker.has_room(0):
                     try:
                         read_any = self._read_and_send(reader, tracker, publisher)
@@ -453,7 +461,10 @@ class BridgeDaemon:
         limit = min(self.settings.read_batch_size, self.settings.max_in_flight - tracker.in_flight_count)
         if limit <= 0 or self._refusals.alone is not None:
             return False
+        started = time.monotonic()
         batch = reader.poll(tracker.position, limit)
+        caught_up = len(batch.rows) < limit
+        self._next_read_at = started + self.settings.poll_interval_min_s if caught_up else 0.0
         self.metrics.horizon_held_back.set(1 if batch.waiting_on is not None else 0)
         if not batch.rows:
             return False

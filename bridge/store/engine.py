@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine, ExceptionContext
+from sqlalchemy.engine import Engine, ExceptionContext, make_url
 from sqlalchemy.exc import DBAPIError
 
 from bridge.errors import ConfigurationError
 from bridge.store.failures import refused_connection
+from bridge.store.postgres import application_name
 from bridge.store.reader import OutboxReader
 
 
@@ -29,7 +30,8 @@ def translate_refusals(engine: Engine) -> None:
 
 def make_engine(url: str) -> Engine:
     """An engine tuned for the bridge: pre-ping (survive a database restart), WAL and a busy timeout on
-    SQLite, UTC sessions on PostgreSQL, refused logins and TLS failures as the bridge's own errors."""
+    SQLite, UTC sessions named `outbox-bridge` on PostgreSQL, refused logins and TLS failures as the bridge's
+    own errors."""
     if url.startswith("sqlite"):
         engine = create_engine(url, pool_pre_ping=True)
         translate_refusals(engine)
@@ -46,7 +48,8 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    engine = create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4)
+    engine = create_engine(url, pool_pre_ping=True, pool_size=4, max_overflow=4,
+                           connect_args=application_name(make_url(url)))
     translate_refusals(engine)
     if engine.dialect.name == "postgresql":
 

@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any, Final
 
 from sqlalchemy import BigInteger, ColumnElement, Select, Text, bindparam, cast, func, select, text, true
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from bridge.core.holes import Horizon
@@ -44,6 +44,18 @@ class HorizonHolder:
     application_name: str | None
     client: str | None
     query: str | None
+
+
+#: How the bridge's sessions show in PostgreSQL's `pg_stat_activity` (and its logs with `%a`), unless the URL
+#: names its own `application_name`.
+APPLICATION_NAME = "outbox-bridge"
+
+
+def application_name(url: URL) -> dict[str, str]:
+    """Connection arguments that name the bridge's PostgreSQL sessions; none when the URL names them already."""
+    if url.get_backend_name() != "postgresql" or "application_name" in url.query:
+        return {}
+    return {"application_name": APPLICATION_NAME}
 
 
 def _xid8_as_bigint(expression: ColumnElement[Any]) -> ColumnElement[int]:
@@ -214,7 +226,9 @@ class PostgresReader(SqlReader[PostgresSession]):
         import psycopg
 
         url = self.engine.url.set(drivername="postgresql")
-        conn = psycopg.connect(url.render_as_string(hide_password=False), autocommit=True, connect_timeout=5)
+        named: dict[str, Any] = application_name(url)
+        conn = psycopg.connect(url.render_as_string(hide_password=False), autocommit=True, connect_timeout=5,
+                               **named)
         conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
         return conn
 

@@ -172,3 +172,26 @@ def test_a_forgotten_prepared_transaction_is_named_with_the_command_that_ends_it
     finally:
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.exec_driver_sql("ROLLBACK PREPARED 'outbox-test-gid'")
+
+
+@pytest.mark.parametrize(("query", "expected"),
+                         [("", "outbox-bridge"), ("?application_name=billing-relay", "billing-relay")])
+def test_the_bridges_sessions_are_named_in_pg_stat_activity(postgres_url: str, query: str, expected: str) -> None:
+    from bridge.store.engine import make_engine, make_reader
+
+    migrate.upgrade(postgres_url)
+    engine = make_engine(postgres_url + query)
+    reader = make_reader(engine)
+    try:
+        with engine.connect() as conn:
+            named = conn.execute(text("SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()"))
+            assert named.scalar_one() == expected
+        reader.wait(0.01)  # opens the LISTEN connection
+        with engine.connect() as conn:
+            listening = conn.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = :name AND query LIKE 'LISTEN%'"),
+                {"name": expected}).scalar_one()
+        assert listening == 1, "the LISTEN connection carries the same name"
+    finally:
+        reader.close()
+        engine.dispose()

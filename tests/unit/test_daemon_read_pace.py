@@ -1,0 +1,109 @@
+"""The pace of outbox reads: a caught-up bridge reads a trickle of commits a few rows at a time, at most once per
+`poll_interval_min_ms`, while a backlog is read without pause.
+
+Each read is a query (and on PostgreSQL a pool check-out with its ping, and a rollback). Before the pace, a
+bridge at 1,000 commits/s made about a thousand of them a second, one or two rows each.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from bridge.config import load_config
+from bridge.core.records import KafkaRecord
+from bridge.daemon import build_daemon
+from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
+from bridge.migrate import upgrade
+from bridge.store.reader import Batch, TailReader
+
+INSERT = text("INSERT INTO domain_events (event_id, aggregate_type, aggregate_id, event_type, payload) "
+              "VALUES (:e, 'order', 'a', 'Placed', '{}')")
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[float, int, int]]]:
+    """Every outbox read the daemon makes: (when it started, rows asked for, rows it returned)."""
+    seen: list[tuple[float, int, int]] = []
+    poll = TailReader.poll
+
+    def counted(self: TailReader[object], after: int, limit: int) -> Batch:
+        started = time.monotonic()
+        batch = poll(self, after, limit)
+        seen.append((started, limit, len(batch.rows)))
+        return batch
+
+    monkeypatch.setattr(TailReader, "poll", counted)
+    yield seen
+
+
+def _run(url: str, until: int, **flags: object) -> list[KafkaRecord]:
+    config = load_config(flags={"db_url": url, "bridge_name": "pace", "topic_template": "u.{aggregate_type}",
+                                "allow_single_broker": True, "replication_factor": 1, "metrics_port": 0,
+                                **flags}, env={})
+    delivered: list[KafkaRecord] = []
+    daemon = build_daemon(config, publisher_factory=publisher_factory(delivered),
+                          topic_guard=AcceptingTopicGuard(), instance_id="pace")
+    thread = threading.Thread(target=daemon.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(delivered) < until and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        daemon.stop()
+        thread.join(10)
+    return delivered
+
+
+def test_a_trickle_of_commits_is_read_at_most_once_per_minimum_interval(
+        tmp_path: Path, reads: list[tuple[float, int, int]]) -> None:
+    url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    upgrade(url)
+    interval_s, events = 0.025, 300
+    engine = create_engine(url)
+
+    def trickle() -> None:  # one commit every 2 ms, each its own transaction
+        for i in range(events):
+            with engine.begin() as conn:
+                conn.execute(INSERT, {"e": f"e-{i}"})
+            time.sleep(0.002)
+
+    writer = threading.Thread(target=trickle, daemon=True)
+    writer.start()
+    delivered = _run(url, events, poll_interval_min_ms=int(interval_s * 1000), poll_interval_max_ms=100)
+    writer.join(10)
+    engine.dispose()
+    assert [r.seq for r in delivered] == list(range(1, events + 1))
+    with_rows = [(at, got) for at, _, got in reads if got]
+    span = with_rows[-1][0] - with_rows[0][0]
+    assert len(reads) <= span / interval_s + 5, (
+        f"{len(reads)} reads in {span:.2f}s: more than one per {interval_s * 1000:.0f} ms while caught up"
+    )
+    assert len(with_rows) < events / 3, f"{len(with_rows)} reads for {events} events: a row or two per query"
+    gaps = [later - earlier for (earlier, _, _), (later, _, _) in itertools.pairwise(reads)]
+    assert min(gaps) >= interval_s * 0.9, f"two reads {min(gaps) * 1000:.1f} ms apart while caught up"
+
+
+def test_a_backlog_is_read_without_pause(tmp_path: Path, reads: list[tuple[float, int, int]]) -> None:
+    url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    upgrade(url)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(INSERT, [{"e": f"e-{i}"} for i in range(1000)])
+    engine.dispose()
+    interval_s = 2.0
+    delivered = _run(url, 1000, read_batch_size=100, poll_interval_min_ms=int(interval_s * 1000),
+                     poll_interval_max_ms=2000)
+    assert [r.seq for r in delivered] == list(range(1, 1001))
+    full = [i for i, (_, asked, got) in enumerate(reads) if got == asked]
+    assert len(full) == 10
+    for i in full:
+        if i + 1 < len(reads):
+            assert reads[i + 1][0] - reads[i][0] < interval_s / 2, "the read after a full one waited"
