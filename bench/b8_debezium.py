@@ -9,8 +9,9 @@ Debezium's phases first (its worker is then stopped), the bridge's after. Per re
   worker's start (reported as `cold_first_run`). Bridge: rows loaded before `outbox-bridge run` starts.
 - concurrent: the relay running and caught up while N rows are COPYed in, in 1% transactions.
 - cpu: user+system seconds of the relay process (the Connect worker's JVM; `outbox-bridge run`) per
-  100,000 events, between the first new record and the last, in the backlog and concurrent phases; for
-  Debezium also PostgreSQL's walsender that decodes the WAL for it.
+  100,000 events, between the first new record and the last, in the backlog and concurrent phases; and
+  PostgreSQL's own work for the relay: for Debezium the walsender that decodes the WAL for it, for the
+  bridge the backends of its sessions (named `outbox-bridge`), which run its queries.
 - restart: the relay stopped (SIGTERM), N rows written, the relay started again (a new JVM for Debezium):
   the first N events after the restart, and the time from the start to the first record.
 
@@ -39,6 +40,7 @@ from bench.context import Context
 from bench.stack import KAFKA1, PG_HOST, PG_PORT, ROOT, pg_dsn
 from bench.topics import TopicWatch
 from bench.workload import AGGREGATE_TYPE, PAYLOAD_BYTES, Workload, load_postgres
+from bridge.store.postgres import APPLICATION_NAME
 
 sys.path.insert(0, str(ROOT / "ops"))
 import connect  # ops/ is not a package: its modules are imported by path
@@ -59,7 +61,47 @@ class Sample:
     at: float
     count: int
     cpu_s: float
-    extra_cpu_s: float
+    database_cpu_s: float
+
+
+class DatabaseCpu:
+    """CPU seconds PostgreSQL spent for a relay since the first sample: the backends `query` lists (one column,
+    pid), looked up at most once a second on one connection. A backend that appears counts from its start; one
+    that goes keeps what it used while it was seen."""
+
+    def __init__(self, url: str, query: str, params: tuple[Any, ...] = ()) -> None:
+        self._conn = psycopg.connect(pg_dsn(url.rsplit("/", 1)[1]), autocommit=True)
+        self._query, self._params = query, params
+        self._pids: list[int] = []
+        self._looked_at = float("-inf")
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._sampled = False
+
+    def __call__(self) -> float:
+        now = time.monotonic()
+        if now - self._looked_at >= 1.0:
+            self._pids = [int(r[0]) for r in self._conn.execute(self._query, self._params).fetchall()]
+            self._looked_at = now
+        for pid in self._pids:
+            used = _cpu(pid)
+            self._first.setdefault(pid, 0.0 if self._sampled else used)
+            self._last[pid] = max(used, self._last.get(pid, 0.0))
+        self._sampled = True
+        return sum(last - self._first[pid] for pid, last in self._last.items())
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def walsender(url: str, slot: str) -> DatabaseCpu:
+    return DatabaseCpu(url, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s AND active_pid "
+                       "IS NOT NULL", (slot,))
+
+
+def bridge_backends(url: str) -> DatabaseCpu:
+    return DatabaseCpu(url, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND application_name = %s", (APPLICATION_NAME,))
 
 
 def _cpu(pid: int | None) -> float:
@@ -73,15 +115,26 @@ def _cpu(pid: int | None) -> float:
 
 
 def measure(watch: TopicWatch, baseline: int, events: int, relay_pid: Callable[[], int | None],
-            extra_pid: Callable[[], int | None], timeout: float, started_at: float | None = None,
+            database: Callable[[], DatabaseCpu], timeout: float, started_at: float | None = None,
             check: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Sample the topic's count (above baseline) and the processes' CPU until `events` new records are in."""
+    """Sample the topic's count (above baseline), the relay process's CPU and PostgreSQL's for it (`database`
+    makes a fresh counter) until `events` new records are in."""
+    database_cpu = database()
+    try:
+        return _measure(watch, baseline, events, relay_pid, database_cpu, timeout, started_at, check)
+    finally:
+        database_cpu.close()
+
+
+def _measure(watch: TopicWatch, baseline: int, events: int, relay_pid: Callable[[], int | None],
+             database_cpu: DatabaseCpu, timeout: float, started_at: float | None,
+             check: Callable[[], None] | None) -> dict[str, Any]:
     begun = time.monotonic() if started_at is None else started_at
     deadline = time.monotonic() + timeout
     samples: list[Sample] = []
     while True:
         count = watch.count() - baseline
-        samples.append(Sample(time.monotonic(), count, _cpu(relay_pid()), _cpu(extra_pid())))
+        samples.append(Sample(time.monotonic(), count, _cpu(relay_pid()), database_cpu()))
         if count >= events:
             break
         if time.monotonic() > deadline:
@@ -104,9 +157,8 @@ def measure(watch: TopicWatch, baseline: int, events: int, relay_pid: Callable[[
         "relay_cpu_s_per_100k": round(cpu / max(last.count - first.count, 1) * 100_000, 2),
         "relay_cores": round(cpu / steady, 2),
     }
-    extra = last.extra_cpu_s - first.extra_cpu_s
-    if extra > 0:
-        result["walsender_cpu_s_per_100k"] = round(extra / max(last.count - first.count, 1) * 100_000, 2)
+    database = last.database_cpu_s - first.database_cpu_s
+    result["database_cpu_s_per_100k"] = round(database / max(last.count - first.count, 1) * 100_000, 2)
     return result
 
 
@@ -132,10 +184,6 @@ def walsender_pid(url: str, slot: str) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
-def _none() -> int | None:
-    return None
-
-
 def run_debezium(ctx: Context, events: int) -> dict[str, Any]:
     url = ctx.scratch.database("b8_dbz")
     dbname = url.rsplit("/", 1)[1]
@@ -159,7 +207,7 @@ def run_debezium(ctx: Context, events: int) -> dict[str, Any]:
         worker.put_connector(CONNECTOR, config)
         worker.wait_state(CONNECTOR, "RUNNING", timeout=120)
         wait_slot_active(url, slot)
-        relay, walsender = worker.pid, (lambda: walsender_pid(url, slot))
+        relay, decoding = worker.pid, (lambda: walsender(url, slot))
         written = 0
 
         def backlog(label: str) -> dict[str, Any]:
@@ -171,7 +219,7 @@ def run_debezium(ctx: Context, events: int) -> dict[str, Any]:
             baseline = watch.count()
             started = time.monotonic()
             worker.resume(CONNECTOR)
-            measured = measure(watch, baseline, events, relay, walsender, timeout, started_at=started)
+            measured = measure(watch, baseline, events, relay, decoding, timeout, started_at=started)
             log.info("B8 Debezium %s: %.0f events/s", label, measured["events_per_s"])
             return measured
 
@@ -180,7 +228,7 @@ def run_debezium(ctx: Context, events: int) -> dict[str, Any]:
         baseline = watch.count()
         thread, outcome = _load_concurrently(url, written, events)
         written += events
-        result["concurrent"] = measure(watch, baseline, events, relay, walsender, timeout)
+        result["concurrent"] = measure(watch, baseline, events, relay, decoding, timeout)
         thread.join()
         result["concurrent"].update({k: round(v, 2) for k, v in outcome.items()})
         log.info("B8 Debezium concurrent: %.0f events/s", result["concurrent"]["events_per_s"])
@@ -191,7 +239,7 @@ def run_debezium(ctx: Context, events: int) -> dict[str, Any]:
         baseline = watch.count()
         started = time.monotonic()
         worker.start(wait=False)
-        result["restart"] = measure(watch, baseline, events, relay, walsender, timeout, started_at=started,
+        result["restart"] = measure(watch, baseline, events, relay, decoding, timeout, started_at=started,
                                     check=_alive(worker))
         worker.wait_ready()
         log.info("B8 Debezium first %d after a restart: %.0f events/s", events, result["restart"]["events_per_s"])
@@ -229,6 +277,10 @@ def run_bridge(ctx: Context, events: int) -> dict[str, Any]:
     watch = TopicWatch(KAFKA1, topic)
     timeout = max(600, events / 200)
     result: dict[str, Any] = {"settings": "defaults (bridge/config.py), 1-broker overrides as in B1"}
+
+    def queries() -> DatabaseCpu:
+        return bridge_backends(url)
+
     bridge: BridgeProcess | None = None
     written = 0
     try:
@@ -236,13 +288,13 @@ def run_bridge(ctx: Context, events: int) -> dict[str, Any]:
         written += events
         bridge = BridgeProcess(env, ctx.raw("logs/bridge-b8.log")).start()
         current = bridge
-        result["backlog"] = measure(watch, 0, events, lambda: current.pid, _none, timeout,
+        result["backlog"] = measure(watch, 0, events, lambda: current.pid, queries, timeout,
                                     started_at=bridge.started_at, check=bridge.check_running)
         log.info("B8 bridge backlog: %.0f events/s", result["backlog"]["events_per_s"])
         baseline = watch.count()
         thread, outcome = _load_concurrently(url, written, events)
         written += events
-        result["concurrent"] = measure(watch, baseline, events, lambda: current.pid, _none, timeout,
+        result["concurrent"] = measure(watch, baseline, events, lambda: current.pid, queries, timeout,
                                        check=bridge.check_running)
         thread.join()
         result["concurrent"].update({k: round(v, 2) for k, v in outcome.items()})
@@ -253,7 +305,7 @@ def run_bridge(ctx: Context, events: int) -> dict[str, Any]:
         baseline = watch.count()
         bridge = BridgeProcess(env, ctx.raw("logs/bridge-b8.log")).start()
         restarted = bridge
-        result["restart"] = measure(watch, baseline, events, lambda: restarted.pid, _none, timeout,
+        result["restart"] = measure(watch, baseline, events, lambda: restarted.pid, queries, timeout,
                                     started_at=bridge.started_at, check=bridge.check_running)
         log.info("B8 bridge first %d after a restart: %.0f events/s", events, result["restart"]["events_per_s"])
     finally:

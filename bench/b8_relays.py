@@ -14,7 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from bench.b8_debezium import DEBEZIUM_TUNING, PARTITIONS, connect, debezium, wait_slot_active
+from bench.b8_debezium import (
+    DEBEZIUM_TUNING,
+    PARTITIONS,
+    DatabaseCpu,
+    bridge_backends,
+    connect,
+    debezium,
+    wait_slot_active,
+    walsender,
+)
 from bench.bridge_process import BridgeProcess, bridge_env
 from bench.context import Context
 from bench.stack import KAFKA1, PG_HOST, PG_PORT, pg_dsn
@@ -49,6 +58,10 @@ class Relay(Protocol):
         """Relay a new database into a new topic (created with `topic_config`); `settings` are the relay's
         own overrides (Debezium: connector settings; bridge: BRIDGE_* variables)."""
     def check(self) -> None: ...
+    def pid(self) -> int | None:
+        """The relay's process (the Connect worker's JVM, `outbox-bridge run`)."""
+    def database_cpu(self) -> DatabaseCpu:
+        """PostgreSQL's work for the open lane (Debezium's walsender, the bridge's backends)."""
     def kill(self) -> None: ...
     def restart(self) -> None: ...
     def close(self) -> None: ...
@@ -93,6 +106,14 @@ class DebeziumRelay:
     def check(self) -> None:
         if not self.worker.running():
             raise RuntimeError(f"the Connect worker exited; see {self.worker.log_file}")
+
+    def pid(self) -> int | None:
+        pid: int | None = self.worker.pid()
+        return pid
+
+    def database_cpu(self) -> DatabaseCpu:
+        assert self.lane is not None
+        return walsender(self.lane.url, self.slot)
 
     def kill(self) -> None:
         self.worker.stop(kill=True)
@@ -143,6 +164,12 @@ class BridgeRelay:
     def check(self) -> None:
         assert self.process is not None
         self.process.check_running()
+
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def database_cpu(self) -> DatabaseCpu:
+        return bridge_backends(self.env["OUTBOX_DB_URL"])
 
     def kill(self) -> None:
         assert self.process is not None

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 from bench.b3_latency import commit_to_append
 from bench.b4_crash import run_for
-from bench.b8_debezium import DEBEZIUM_TUNING, connect
+from bench.b8_debezium import DEBEZIUM_TUNING, _cpu, connect
 from bench.b8_relays import BridgeRelay, DebeziumRelay, Lane, Relay
 from bench.context import Context
 from bench.stack import KAFKA1
@@ -154,14 +154,37 @@ def latency_row(ctx: Context, relay: Relay, rate: int, variant: str, settings: M
     lane = relay.open(row, {"message.timestamp.type": "LogAppendTime"}, settings)
     records = ctx.raw(f"commits/b8-{row}-{relay.name}.txt")
     try:
+        cpu = StreamingCpu(relay)
         writer = WriterProcess(lane.dsn, row, CRASH_KEYS, Schedule.for_rate(rate, ctx.sizes.b3_seconds), records)
         written = writer.wait(timeout=ctx.sizes.b3_seconds * 10 + 120)
         drain(lane.topic, written["events"], timeout=300, check=relay.check)
+        used = cpu.stop(written["events"])
     finally:
         relay.close()
     measured = commit_to_append(lane.topic, records, row)
     measured.pop("_histogram")
-    return {"settings": dict(settings), "writer": written, **measured}
+    return {"settings": dict(settings), "writer": written, **measured, **used}
+
+
+class StreamingCpu:
+    """CPU the relay used while the writers ran and it caught up, its process and PostgreSQL's work for it, per
+    100,000 events: what relaying a steady stream costs, beside the backlog phases' cost."""
+
+    def __init__(self, relay: Relay) -> None:
+        self.pid = relay.pid
+        self.database = relay.database_cpu()
+        self.started = time.monotonic()
+        self.relay_before = _cpu(self.pid())
+        self.database()
+
+    def stop(self, events: int) -> dict[str, float]:
+        try:
+            relay, database = _cpu(self.pid()) - self.relay_before, self.database()
+        finally:
+            self.database.close()
+        per = 100_000 / max(events, 1)
+        return {"relay_cpu_s_per_100k": round(relay * per, 2), "database_cpu_s_per_100k": round(database * per, 2),
+                "relay_cores": round(relay / max(time.monotonic() - self.started, 1e-6), 3)}
 
 
 def latency_rows(ctx: Context, relay: Relay) -> dict[str, Any]:

@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
+from bench.report import database_cpu
+
 BRIDGE, CEILING, TARGET = "#1f77b4", "#bbbbbb", "#d62728"
 # Debezium with B8's connector tuning is a darker grey than a ceiling, being a peer rather than a bound; Debezium's
 # defaults (B8 latency) are drawn in the ceiling's grey, hatched.
@@ -247,18 +249,19 @@ def _b8_cpu(bench: dict[str, Any], _: dict[str, Any]) -> Any:
         return None
     figure, axis = plt.subplots(figsize=(8, 4.5))
     for i, (_label, ours, theirs) in enumerate(phases):
-        bridge, jvm = ours["relay_cpu_s_per_100k"], theirs["relay_cpu_s_per_100k"]
-        walsender = theirs.get("walsender_cpu_s_per_100k", 0)
-        axis.bar(i - 0.2, bridge, 0.4, color=BRIDGE, label="bridge process" if i == 0 else None)
-        axis.bar(i + 0.2, jvm, 0.4, color=DEBEZIUM, label="Debezium: Connect worker JVM" if i == 0 else None)
-        if walsender:
-            axis.bar(i + 0.2, walsender, 0.4, bottom=jvm, color=CEILING, hatch="//",
-                     label="Debezium: PostgreSQL walsender" if i == 0 else None)
-        axis.annotate(f"{bridge:.2f}", (i - 0.2, bridge), ha="center", va="bottom", fontsize=8)
-        axis.annotate(f"{jvm + walsender:.2f}" + (f"\n({jvm:.2f} + {walsender:.2f})" if walsender else ""),
-                      (i + 0.2, jvm + walsender), ha="center", va="bottom", fontsize=8)
-    axis.set_ylim(top=max(max(o["relay_cpu_s_per_100k"], d["relay_cpu_s_per_100k"]
-                              + d.get("walsender_cpu_s_per_100k", 0)) for _, o, d in phases) * 1.45)
+        bars = ((i - 0.2, ours["relay_cpu_s_per_100k"], database_cpu(ours) or 0.0, BRIDGE, "bridge process",
+                 "bridge: its PostgreSQL backends"),
+                (i + 0.2, theirs["relay_cpu_s_per_100k"], database_cpu(theirs) or 0.0, DEBEZIUM,
+                 "Debezium: Connect worker JVM", "Debezium: PostgreSQL walsender"))
+        for x, relay, database, color, relay_label, database_label in bars:
+            axis.bar(x, relay, 0.4, color=color, label=relay_label if i == 0 else None)
+            if database:
+                axis.bar(x, database, 0.4, bottom=relay, color=color, alpha=0.45, hatch="//",
+                         label=database_label if i == 0 else None)
+            axis.annotate(f"{relay + database:.2f}" + (f"\n({relay:.2f} + {database:.2f})" if database else ""),
+                          (x, relay + database), ha="center", va="bottom", fontsize=8)
+    axis.set_ylim(top=max(side["relay_cpu_s_per_100k"] + (database_cpu(side) or 0.0)
+                          for _, o, d in phases for side in (o, d)) * 1.45)
     axis.set_xticks(range(len(phases)), [p[0] for p in phases])
     axis.set_ylabel("CPU seconds (user + system) per 100,000 events")
     axis.set_title("B8: relay CPU per 100,000 events, bridge vs Debezium, same run")

@@ -539,8 +539,9 @@ B8_METHOD = [
     "phases; *restart* stops the worker, writes N rows and starts a new JVM. The bridge: a loaded backlog, then "
     "the same concurrent load, then a stop, N rows and a new process. Rate: records acknowledged per second "
     "from the first new record to the last (topic high watermarks every 0.1 s). CPU: user+system seconds of "
-    "the relay process over the same span (the whole worker JVM for Debezium), per 100,000 events; for "
-    "Debezium also PostgreSQL's walsender, which decodes the WAL for it.",
+    "the relay process over the same span (the whole worker JVM for Debezium), per 100,000 events, plus "
+    "PostgreSQL's own work for it: Debezium's walsender, which decodes the WAL, and the bridge's backends "
+    "(its sessions, named `outbox-bridge`), which run its queries.",
     "Logical decoding reads the whole server's WAL, whichever database wrote it: on a shared PostgreSQL, other "
     "databases' writes during a Debezium phase cost it time and walsender CPU that the bridge, which queries "
     "only its table, does not pay. Run B8 on a quiet server.",
@@ -565,8 +566,8 @@ def _b8(bench: dict[str, Any], versions: dict[str, Any], images: dict[str, Path]
         f"Debezium {b8['debezium_version']}, worker heap `{dbz.get('worker_heap', DASH)}`, worker start-up "
         f"{_n(dbz.get('worker_start_s'), 1)} s; librdkafka {versions.get('librdkafka', DASH)} for the bridge.",
         "",
-        "| phase | Debezium events/s | bridge events/s | bridge / Debezium | Debezium CPU s per 100k (walsender) "
-        "| bridge CPU s per 100k | Debezium cores | bridge cores |",
+        "| phase | Debezium events/s | bridge events/s | bridge / Debezium | Debezium CPU s per 100k: worker + "
+        "walsender = total | bridge CPU s per 100k: process + its backends = total | Debezium cores | bridge cores |",
         "|---|---|---|---|---|---|---|---|",
     ]
     names = {"backlog": "backlog drain (Debezium warm)", "concurrent": "inserts running concurrently",
@@ -576,8 +577,7 @@ def _b8(bench: dict[str, Any], versions: dict[str, Any], images: dict[str, Path]
         ratio = b8.get("bridge_over_debezium", {}).get(phase)
         lines.append(
             f"| {label} | {_n(d.get('events_per_s'))} | {_n(o.get('events_per_s'))} | "
-            f"{DASH if ratio is None else f'{ratio:.2f}x'} | {_n(d.get('relay_cpu_s_per_100k'), 2)} "
-            f"({_n(d.get('walsender_cpu_s_per_100k'), 2)}) | {_n(o.get('relay_cpu_s_per_100k'), 2)} | "
+            f"{DASH if ratio is None else f'{ratio:.2f}x'} | {_cpu_sum(d)} | {_cpu_sum(o)} | "
             f"{_n(d.get('relay_cores'), 2)} | {_n(o.get('relay_cores'), 2)} |")
     lines.append(_image(images, "b8_throughput", base, "bridge vs Debezium throughput"))
     lines.append(_image(images, "b8_cpu", base, "bridge vs Debezium CPU per 100,000 events"))
@@ -591,6 +591,22 @@ def _b8(bench: dict[str, Any], versions: dict[str, Any], images: dict[str, Path]
         *_record_format(b8.get("record_format_differences")),
     ]
     return "\n".join(lines) + "\n"
+
+
+def database_cpu(phase: dict[str, Any]) -> float | None:
+    """PostgreSQL's CPU per 100,000 events for a relay's phase (runs before the bridge's backends were counted
+    stored only Debezium's walsender)."""
+    value = phase.get("database_cpu_s_per_100k", phase.get("walsender_cpu_s_per_100k"))
+    return None if value is None else float(value)
+
+
+def _cpu_sum(phase: dict[str, Any]) -> str:
+    relay, database = phase.get("relay_cpu_s_per_100k"), database_cpu(phase)
+    if relay is None:
+        return DASH
+    if database is None:
+        return f"{_n(relay, 2)} + not measured"
+    return f"{_n(relay, 2)} + {_n(database, 2)} = {_n(relay + database, 2)}"
 
 
 B8_ROWS = {
@@ -664,7 +680,8 @@ def _b8_latency_cell(outcome: dict[str, Any] | None) -> str:
     assert outcome is not None
     stats = outcome.get("latency_ms", {})
     lost = f", lost {outcome['lost']}" if outcome.get("lost") else ""
-    return f"{_n(stats.get('p50'), 1)} / {_n(stats.get('p99'), 1)}{lost}"
+    cpu = (f"; {_cpu_sum(outcome)} CPU s" if "relay_cpu_s_per_100k" in outcome else "")
+    return f"{_n(stats.get('p50'), 1)} / {_n(stats.get('p99'), 1)}{lost}{cpu}"
 
 
 def _b8_latency(rows: dict[str, Any]) -> list[str]:
@@ -676,7 +693,9 @@ def _b8_latency(rows: dict[str, Any]) -> list[str]:
         "",
         f"Latency: open-loop writers (as in B3) for {rows.get('latency_seconds', 0):.0f} s per rate; from each "
         "event's commit to its record's LogAppendTime, p50 / p99 in ms, the first second excluded. Debezium "
-        "with its default `poll.interval.ms=500` and tuned to 10 ms.",
+        "with its default `poll.interval.ms=500` and tuned to 10 ms. After the latencies, the CPU seconds per "
+        "100,000 events of relaying that stream, from the writers' start until the relay caught up: the relay's "
+        "process + PostgreSQL's work for it (walsender; the bridge's backends) = total.",
         "",
         "| events/s | Debezium default | Debezium tuned | bridge |",
         "|---|---|---|---|",
