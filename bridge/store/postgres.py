@@ -26,7 +26,7 @@ from bridge.core.holes import Horizon
 from bridge.core.records import OutboxRow
 from bridge.schema import NOTIFY_CHANNEL, as_utc, domain_events
 from bridge.store.failures import store_error
-from bridge.store.reader import SqlReader, VisibleRows
+from bridge.store.reader import Batch, SqlReader, VisibleRows
 from bridge.store.rows import ROW_COLUMNS
 
 log = logging.getLogger("bridge.store.postgres")
@@ -183,6 +183,10 @@ def horizon_holders(conn: Connection, limit: int = 5) -> list[HorizonHolder]:
     ]
 
 
+#: Socket reads of pending notifications before a read of the outbox (`PostgresReader._discard_notifies`).
+_MAX_NOTIFY_READS = 100
+
+
 class PostgresReader(SqlReader[PostgresSession]):
     """PostgreSQL tail: the snapshot horizon, and LISTEN/NOTIFY to wake up within milliseconds."""
 
@@ -209,6 +213,26 @@ class PostgresReader(SqlReader[PostgresSession]):
             "query": holder.query,
             "waiting_on_seq": waiting_on.first,
         }
+
+    def poll(self, after: int, limit: int) -> Batch:
+        # This read answers every notification that arrived before it: take them off the LISTEN connection.
+        # A busy bridge seldom waits, and notifications left unread fill the connection's buffers until the
+        # listening backend blocks, and with it the server's notify queue, which every writer's NOTIFY uses.
+        self._discard_notifies()
+        return super().poll(after, limit)
+
+    def _discard_notifies(self) -> None:
+        if self._listen is None:
+            return
+        try:
+            # Each call takes what one read of the socket brings, without waiting: repeat until one brings none
+            # (bounded, should commits keep coming faster than this loop turns).
+            for _ in range(_MAX_NOTIFY_READS):
+                if not any(True for _ in self._listen.notifies(timeout=0)):
+                    break
+        except Exception as exc:  # noqa: BLE001 - a broken LISTEN connection only costs latency
+            log.warning("LISTEN connection lost; polling until it is back", extra={"error": str(exc)})
+            self._drop_listener()
 
     def wait(self, timeout: float) -> None:
         """Block until a NOTIFY from the insert trigger or the timeout; falls back to sleeping."""

@@ -195,3 +195,28 @@ def test_the_bridges_sessions_are_named_in_pg_stat_activity(postgres_url: str, q
     finally:
         reader.close()
         engine.dispose()
+
+
+def test_a_read_takes_the_notifications_it_answers_off_the_listen_connection(postgres_url: str) -> None:
+    """A busy bridge reads without waiting; the NOTIFYs of the commits it reads must not pile up unread on its
+    LISTEN connection (they would fill its buffers, block the listening backend and with it the server's
+    notify queue)."""
+    from bridge.store.engine import make_engine, make_reader
+
+    migrate.upgrade(postgres_url)
+    engine = make_engine(postgres_url)
+    reader = make_reader(engine)
+    try:
+        reader.wait(0.01)  # opens the LISTEN connection, as the daemon's first idle wait does
+        for i in range(300):
+            with engine.begin() as conn:
+                insert(conn, f"n-{i}")
+        for _ in range(5):  # reads spaced like a busy bridge's, none of them a wait
+            time.sleep(0.2)  # PostgreSQL delivers notifications when the listening backend gets to them
+            assert len(reader.poll(0, 1000).rows) == 300
+        listen = reader._listen  # what is left on this connection is the behaviour under test
+        left = sum(1 for _ in listen.notifies(timeout=0.3))
+        assert left == 0, f"{left} notifications left unread after the read that answered them"
+    finally:
+        reader.close()
+        engine.dispose()
