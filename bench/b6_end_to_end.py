@@ -43,7 +43,9 @@ from bench.writer import Schedule, WriterProcess, read_commits
 
 log = logging.getLogger("bench.b6")
 
-TARGET_P50_S, TARGET_P99_S = 2.0, 5.0
+#: The issue's goal on local[2]; the report also says how far the run is from the aim below it.
+TARGET_P50_S, TARGET_P99_S = 3.0, 6.0
+AIM_P50_S, AIM_P99_S = 2.0, 5.0
 TRIGGER_S = 1.0
 WARM_UP_S = 3.0
 KEYS = 10_000
@@ -175,7 +177,8 @@ def _analyse(ctx: Context, url: str, topic: str, table: Path, written: dict[str,
 
     stats = seconds(total)
     return {
-        "target": f"p50 <= {TARGET_P50_S:.0f} s, p99 <= {TARGET_P99_S:.0f} s at {ctx.sizes.b6_rate:,} events/s",
+        "target": f"p50 <= {TARGET_P50_S:.0f} s, p99 <= {TARGET_P99_S:.0f} s at {ctx.sizes.b6_rate:,} events/s "
+                  f"(aim p50 <= {AIM_P50_S:.0f} s, p99 <= {AIM_P99_S:.0f} s)",
         "writer": written,
         "trigger_interval_s": TRIGGER_S,
         "projection": "latest_state (projections framework), processing-time trigger",
