@@ -183,8 +183,8 @@ def _summary(bench: dict[str, Any]) -> str:
             ahead = None if ratio is None else ratio > 1
             rows.append(
                 f"| B8 | {label} ({b8['events_per_phase']:,} events) | {_n(ours['events_per_s'])} events/s, "
-                f"{_n(ours['relay_cpu_s_per_100k'], 2)} CPU s per 100k | Debezium {_n(theirs['events_per_s'])} "
-                f"events/s, {_n(theirs['relay_cpu_s_per_100k'], 2)} CPU s per 100k | ahead of Debezium (aim 2x; "
+                f"{_cpu_sum(ours)} CPU s per 100k | Debezium {_n(theirs['events_per_s'])} "
+                f"events/s, {_cpu_sum(theirs)} CPU s per 100k | ahead of Debezium (aim 2x; "
                 f"got {DASH if ratio is None else f'{ratio:.2f}x'}) | {_verdict(ahead)} |")
     rows.append(_summary_b8_rows(bench.get("B8-rows")))
     return "\n".join(rows) + "\n"
