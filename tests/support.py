@@ -23,7 +23,9 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection
 
 from bridge.config import BridgeConfig, load_config
+from bridge.core.records import KafkaRecord
 from bridge.daemon import BridgeDaemon, build_daemon
+from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.store.engine import make_engine
 from bridge.store.offsets import OffsetRow, OffsetStore
 from bridge.store.reader import Batch, TailReader
@@ -92,6 +94,16 @@ def start_bridge(config: BridgeConfig, **kwargs: Any) -> RunningBridge:
     thread = threading.Thread(target=lambda: result.append(daemon.run()), daemon=True)
     thread.start()
     return RunningBridge(daemon, thread, result)
+
+
+def start_unit_bridge(db_url: str, name: str, delivered: list[KafkaRecord], **flags: Any) -> RunningBridge:
+    """The whole daemon on `db_url` with an in-memory publisher that acknowledges into `delivered` and a topic
+    guard that accepts every topic: no broker, no metrics port."""
+    config = load_config(flags={"db_url": db_url, "bridge_name": name, "topic_template": "u.{aggregate_type}",
+                                "allow_single_broker": True, "replication_factor": 1, "metrics_port": 0, **flags},
+                         env={})
+    return start_bridge(config, publisher_factory=publisher_factory(delivered), topic_guard=AcceptingTopicGuard(),
+                        instance_id=name)
 
 
 def insert_events(db_url: str, count: int, aggregate_type: str = "order", aggregates: int = 10,

@@ -5,19 +5,16 @@ so each key still reaches Kafka in seq order from that point on."""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from bridge.config import load_config
 from bridge.core.records import KafkaRecord
-from bridge.daemon import build_daemon
-from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.migrate import upgrade
 from bridge.store.engine import make_engine
 from bridge.store.offsets import OffsetStore
+from tests.support import running, start_unit_bridge
 
 INSERT = ("INSERT INTO domain_events ({seq}event_id, aggregate_type, aggregate_id, event_type, payload) "
           "VALUES ({value}:e, 'order', :a, 'Placed', '{{}}')")
@@ -39,15 +36,9 @@ def test_a_row_inserted_into_a_settled_hole_is_counted_and_published_by_a_rewind
     with engine.begin() as conn:
         conn.execute(text(INSERT.format(seq="", value="")), [{"e": f"e-{i}", "a": f"a-{i % 2}"} for i in range(1, 11)])
         conn.execute(text("DELETE FROM domain_events WHERE seq = 5"))  # a gap: settled at once on SQLite
-    config = load_config(flags={"db_url": url, "bridge_name": "late", "topic_template": "u.{aggregate_type}",
-                                "allow_single_broker": True, "replication_factor": 1, "metrics_port": 0,
-                                "persist_interval_s": 0.05}, env={})
     delivered: list[KafkaRecord] = []
-    daemon = build_daemon(config, publisher_factory=publisher_factory(delivered),
-                          topic_guard=AcceptingTopicGuard(), instance_id="late")
-    thread = threading.Thread(target=daemon.run, daemon=True)
-    thread.start()
-    try:
+    with running(start_unit_bridge(url, "late", delivered, persist_interval_s=0.05)) as bridge:
+        daemon = bridge.daemon
         _wait(lambda: daemon.tracker is not None and daemon.tracker.watermark == 10, "the first pass")
         assert [r.seq for r in delivered] == [1, 2, 3, 4, 6, 7, 8, 9, 10]
         assert daemon.holes_settled == 1
@@ -57,9 +48,6 @@ def test_a_row_inserted_into_a_settled_hole_is_counted_and_published_by_a_rewind
         _wait(lambda: [r.seq for r in delivered][-6:] == [5, 6, 7, 8, 9, 10], "everything after it again")
         assert daemon.metrics.late_events._value.get() == 1
         _wait(lambda: daemon.tracker is not None and daemon.tracker.watermark == 10, "the watermark")
-    finally:
-        daemon.stop()
-        thread.join(10)
     store_engine = make_engine(url)
     stored = OffsetStore(store_engine, "late").read()
     store_engine.dispose()

@@ -16,12 +16,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from bridge.config import load_config
 from bridge.core.records import KafkaRecord
-from bridge.daemon import build_daemon
-from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.migrate import upgrade
 from bridge.store.reader import Batch, TailReader
+from tests.support import running, start_unit_bridge
 
 INSERT = text("INSERT INTO domain_events (event_id, aggregate_type, aggregate_id, event_type, payload) "
               "VALUES (:e, 'order', 'a', 'Placed', '{}')")
@@ -44,21 +42,11 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[float, int, in
 
 
 def _run(url: str, until: int, **flags: object) -> list[KafkaRecord]:
-    config = load_config(flags={"db_url": url, "bridge_name": "pace", "topic_template": "u.{aggregate_type}",
-                                "allow_single_broker": True, "replication_factor": 1, "metrics_port": 0,
-                                **flags}, env={})
     delivered: list[KafkaRecord] = []
-    daemon = build_daemon(config, publisher_factory=publisher_factory(delivered),
-                          topic_guard=AcceptingTopicGuard(), instance_id="pace")
-    thread = threading.Thread(target=daemon.run, daemon=True)
-    thread.start()
-    try:
+    with running(start_unit_bridge(url, "pace", delivered, **flags)):
         deadline = time.monotonic() + 30
         while len(delivered) < until and time.monotonic() < deadline:
             time.sleep(0.01)
-    finally:
-        daemon.stop()
-        thread.join(10)
     return delivered
 
 
