@@ -152,7 +152,7 @@ class BridgeDaemon:
         self._sent: dict[int, _Sent] = {}
         #: When the next outbox read may start: a read that found fewer rows than it asked for (the bridge has
         #: caught up) holds the next one back for `poll_interval_min_s`, so a trickle of commits is read a few
-        #: rows at a time, not one query per row (`_run_loop`). 0 after a full read: a backlog reads at once.
+        #: rows at a time, not one query per row (`_lead`). 0 after a full read: a backlog reads at once.
         self._next_read_at = 0.0
         self.tracker: AckTracker | None = None
         self.last_error: str | None = None
