@@ -30,6 +30,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import psutil
@@ -94,9 +95,12 @@ class DatabaseCpu:
         self._conn.close()
 
 
+#: The walsender serving a replication slot (none while no connector reads it).
+_WALSENDER = "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s AND active_pid IS NOT NULL"
+
+
 def walsender(url: str, slot: str) -> DatabaseCpu:
-    return DatabaseCpu(url, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s AND active_pid "
-                       "IS NOT NULL", (slot,))
+    return DatabaseCpu(url, _WALSENDER, (slot,))
 
 
 def bridge_backends(url: str) -> DatabaseCpu:
@@ -180,8 +184,8 @@ def _load_concurrently(url: str, start: int, events: int) -> tuple[threading.Thr
 
 def walsender_pid(url: str, slot: str) -> int | None:
     with psycopg.connect(pg_dsn(url.rsplit("/", 1)[1]), autocommit=True) as conn:
-        row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
-    return int(row[0]) if row and row[0] is not None else None
+        row = conn.execute(_WALSENDER, (slot,)).fetchone()
+    return int(row[0]) if row else None
 
 
 def run_debezium(ctx: Context, events: int) -> dict[str, Any]:
@@ -207,7 +211,7 @@ def run_debezium(ctx: Context, events: int) -> dict[str, Any]:
         worker.put_connector(CONNECTOR, config)
         worker.wait_state(CONNECTOR, "RUNNING", timeout=120)
         wait_slot_active(url, slot)
-        relay, decoding = worker.pid, (lambda: walsender(url, slot))
+        relay, decoding = worker.pid, partial(walsender, url, slot)
         written = 0
 
         def backlog(label: str) -> dict[str, Any]:
@@ -277,10 +281,7 @@ def run_bridge(ctx: Context, events: int) -> dict[str, Any]:
     watch = TopicWatch(KAFKA1, topic)
     timeout = max(600, events / 200)
     result: dict[str, Any] = {"settings": "defaults (bridge/config.py), 1-broker overrides as in B1"}
-
-    def queries() -> DatabaseCpu:
-        return bridge_backends(url)
-
+    queries = partial(bridge_backends, url)
     bridge: BridgeProcess | None = None
     written = 0
     try:

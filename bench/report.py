@@ -87,6 +87,14 @@ def _header(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+
+#: B6's goal on local[2] (p50, p99 seconds), and the aim below it that the report also measures against.
+B6_TARGET_S = (3.0, 6.0)
+B6_AIM_S = (2.0, 5.0)
+_B6_GOALS = (f"p50 <= {B6_TARGET_S[0]:.0f} s, p99 <= {B6_TARGET_S[1]:.0f} s "
+             f"(aim {B6_AIM_S[0]:.0f} s / {B6_AIM_S[1]:.0f} s)")
+
+
 def _summary(bench: dict[str, Any]) -> str:
     rows = ["## Summary", "", "| # | what | measured | ceiling / baseline | target | verdict |",
             "|---|---|---|---|---|---|"]
@@ -152,7 +160,7 @@ def _summary(bench: dict[str, Any]) -> str:
     b6 = bench.get("B6")
     problem = _failed(b6)
     if problem:
-        rows.append(f"| B6 | end to end | {problem} | | p50 <= 3 s, p99 <= 6 s (aim 2 s / 5 s) | {MISSED} |")
+        rows.append(f"| B6 | end to end | {problem} | | {_B6_GOALS} | {MISSED} |")
     else:
         lat = b6["latency_s"]
         floor_latency = b6.get("baseline", {}).get("latency_s", {})
@@ -160,8 +168,7 @@ def _summary(bench: dict[str, Any]) -> str:
                  if floor_latency else DASH)
         rows.append(
             f"| B6 | commit to row visible at {b6['writer']['offered_rate']:,}/s | p50 {_n(lat.get('p50'), 2)} s, "
-            f"p99 {_n(lat.get('p99'), 2)} s | {floor} | p50 <= 3 s, p99 <= 6 s (aim 2 s / 5 s) "
-            f"| {_verdict(b6.get('meets_target'))} |")
+            f"p99 {_n(lat.get('p99'), 2)} s | {floor} | {_B6_GOALS} | {_verdict(_b6_within(lat, B6_TARGET_S))} |")
     b7 = bench.get("B7")
     problem = _failed(b7)
     if problem:
@@ -491,8 +498,9 @@ def _b6(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
         lines.append(f"| {label} | {_n(v.get('p50'), 2)} | {_n(v.get('p95'), 2)} | {_n(v.get('p99'), 2)} | "
                      f"{_n(v.get('max'), 2)} |")
     total = b6.get("latency_s", {})
-    lines += ["", f"Target p50 <= 3 s, p99 <= 6 s: {_verdict(_b6_within(total, 3.0, 6.0))}; the aim below it, "
-              f"p50 <= 2 s, p99 <= 5 s: {_verdict(_b6_within(total, 2.0, 5.0))} (p50 {_n(total.get('p50'), 2)} s, p99 "
+    lines += ["", f"Target p50 <= {B6_TARGET_S[0]:.0f} s, p99 <= {B6_TARGET_S[1]:.0f} s: "
+              f"{_verdict(_b6_within(total, B6_TARGET_S))}; the aim below it, p50 <= {B6_AIM_S[0]:.0f} s, p99 <= "
+              f"{B6_AIM_S[1]:.0f} s: {_verdict(_b6_within(total, B6_AIM_S))} (p50 {_n(total.get('p50'), 2)} s, p99 "
               f"{_n(total.get('p99'), 2)} s). Events never published: "
               f"{b6.get('events_never_published', 0):,}; published but not visible: "
               f"{b6.get('events_not_visible', 0):,}."]
@@ -597,8 +605,8 @@ def _b8(bench: dict[str, Any], versions: dict[str, Any], images: dict[str, Path]
     return "\n".join(lines) + "\n"
 
 
-def _b6_within(latency: dict[str, float], p50_s: float, p99_s: float) -> bool:
-    return bool(latency) and latency["p50"] <= p50_s and latency["p99"] <= p99_s
+def _b6_within(latency: dict[str, float], goal_s: tuple[float, float]) -> bool:
+    return bool(latency) and latency["p50"] <= goal_s[0] and latency["p99"] <= goal_s[1]
 
 
 def database_cpu(phase: dict[str, Any]) -> float | None:

@@ -234,8 +234,7 @@ class PostgresReader(SqlReader[PostgresSession]):
                 if not readable or not any(True for _ in self._listen.notifies(timeout=0)):
                     break
         except Exception as exc:  # noqa: BLE001 - a broken LISTEN connection only costs latency
-            log.warning("LISTEN connection lost; polling until it is back", extra={"error": str(exc)})
-            self._drop_listener()
+            self._listener_lost(exc)
 
     def wait(self, timeout: float) -> None:
         """Block until a NOTIFY from the insert trigger or the timeout; falls back to sleeping."""
@@ -245,8 +244,7 @@ class PostgresReader(SqlReader[PostgresSession]):
             for _ in self._listen.notifies(timeout=timeout, stop_after=1):
                 pass
         except Exception as exc:  # noqa: BLE001 - a broken LISTEN connection only costs latency
-            log.warning("LISTEN connection lost; polling until it is back", extra={"error": str(exc)})
-            self._drop_listener()
+            self._listener_lost(exc)
             super().wait(timeout)
 
     def _connect_listener(self) -> Any:
@@ -258,6 +256,10 @@ class PostgresReader(SqlReader[PostgresSession]):
                                **named)
         conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
         return conn
+
+    def _listener_lost(self, exc: Exception) -> None:
+        log.warning("LISTEN connection lost; polling until it is back", extra={"error": str(exc)})
+        self._drop_listener()
 
     def _drop_listener(self) -> None:
         if self._listen is not None:
