@@ -1,9 +1,10 @@
 """Reading the outbox on PostgreSQL below the commit-visibility horizon, and naming what holds it back.
 
 Each read takes the visible rows after the cursor and `pg_current_snapshot()` in ONE statement, so
-the horizon describes exactly the snapshot the rows came from. Run each read in its own short
-transaction (READ COMMITTED, or autocommit): under REPEATABLE READ every read of a transaction would
-see the same snapshot and the horizon would never move.
+the horizon describes exactly the snapshot the rows came from. The reads run in autocommit on one
+connection the reader keeps: each statement is its own transaction with its own snapshot, so the horizon
+moves on every read (under REPEATABLE READ every read of a transaction would see the same snapshot and
+it never would), and between reads the connection holds no snapshot back from VACUUM.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any, Final
 
 from sqlalchemy import BigInteger, ColumnElement, Select, Text, bindparam, cast, func, select, text, true
@@ -25,6 +25,7 @@ from sqlalchemy.exc import DBAPIError
 
 from bridge.core.holes import Horizon
 from bridge.core.records import OutboxRow
+from bridge.errors import TransientStoreError
 from bridge.schema import NOTIFY_CHANNEL, as_utc, domain_events
 from bridge.store.failures import store_error
 from bridge.store.reader import Batch, SqlReader, VisibleRows
@@ -113,7 +114,7 @@ class PostgresSession:
         return int(result[0][0]), int(result[0][1]), rows
 
     def current_xid(self) -> int:
-        """A fresh transaction id for this read's transaction (which rolls back right after)."""
+        """A fresh transaction id, taken after the last `snapshot_rows`."""
         return int(self.conn.execute(_CURRENT_XID).scalar_one())
 
 
@@ -128,7 +129,8 @@ def read_visible(session: PostgresSession, after: int, limit: int) -> VisibleRow
         # its xid (and then a seq below a visible row) before this snapshot can still hold an xid at or
         # above it, and would be settled as a hole while it runs. A fresh xid taken after the snapshot is
         # above every xid assigned before it, so it is a safe mark. It costs one xid per read that sees
-        # a gap; this read's transaction ends (rolls back) right after, so it holds nothing back.
+        # a gap. The statement is its own transaction (autocommit): it wrote nothing, so its commit is
+        # not flushed to disk, and it holds nothing back.
         high = max(high, session.current_xid())
     return VisibleRows(rows, Horizon(low=low, high=high))
 
@@ -136,12 +138,6 @@ def read_visible(session: PostgresSession, after: int, limit: int) -> VisibleRow
 def _has_gap(after: int, rows: tuple[OutboxRow, ...]) -> bool:
     """Whether the visible seqs after `after` skip one (rows come in seq order)."""
     return bool(rows) and rows[-1].seq - after != len(rows)
-
-
-@contextmanager
-def _session(engine: Engine) -> Iterator[PostgresSession]:
-    with engine.connect() as conn:
-        yield PostgresSession(conn)
 
 
 # Prepared (two-phase) transactions hold the horizon too but have no session in pg_stat_activity: a
@@ -192,8 +188,29 @@ class PostgresReader(SqlReader[PostgresSession]):
     """PostgreSQL tail: the snapshot horizon, and LISTEN/NOTIFY to wake up within milliseconds."""
 
     def __init__(self, engine: Engine) -> None:
-        super().__init__(engine, partial(_session, engine), read_visible)
+        super().__init__(engine, self._read_session, read_visible)
         self._listen: Any = None
+        self._reads: Connection | None = None
+
+    @contextmanager
+    def _read_session(self) -> Iterator[PostgresSession]:
+        """The reads' own connection, kept between reads, in autocommit: a caught-up bridge reads hundreds of
+        times a second, and a connection checked out of the pool per read cost three more round trips each
+        (the pool's ping, BEGIN, and the ROLLBACK on its return) and most of PostgreSQL's work for the bridge.
+        A read that fails drops the connection; the next read connects again (and the pool pings then)."""
+        if self._reads is None:
+            self._reads = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            yield PostgresSession(self._reads)
+        except BaseException:
+            self._drop_reads()
+            raise
+
+    def _drop_reads(self) -> None:
+        if self._reads is not None:
+            with contextlib.suppress(Exception):  # a connection that failed may be broken already
+                self._reads.close()
+        self._reads = None
 
     def horizon_holder(self) -> dict[str, Any] | None:
         """The oldest running transaction, when a hole is waiting on it; None when nothing blocks."""
@@ -220,7 +237,19 @@ class PostgresReader(SqlReader[PostgresSession]):
         # A busy bridge seldom waits, and notifications left unread fill the connection's buffers until the
         # listening backend blocks, and with it the server's notify queue, which every writer's NOTIFY uses.
         self._discard_notifies()
-        return super().poll(after, limit)
+        reused = self._reads is not None
+        try:
+            return super().poll(after, limit)
+        except TransientStoreError as exc:
+            # The kept connection died while idle (a server restart, a failover, an idle timeout): what the
+            # pool's ping on check-out used to catch. A failed read changes nothing, so read again at once
+            # on a new connection; only when that fails too is it the database's failure.
+            lost = exc.__cause__
+            if not (reused and isinstance(lost, DBAPIError) and lost.connection_invalidated):
+                raise
+            log.info("the outbox read connection was lost between reads; reading again on a new one",
+                     extra={"error": str(exc)})
+            return super().poll(after, limit)
 
     def _discard_notifies(self) -> None:
         if self._listen is None:
@@ -269,4 +298,5 @@ class PostgresReader(SqlReader[PostgresSession]):
 
     def close(self) -> None:
         self._drop_listener()
+        self._drop_reads()
         super().close()

@@ -1,6 +1,7 @@
 """The outbox reader: one interface, one read loop that every dialect shares.
 
-A dialect supplies two things: a session (a connection, opened and released per read) and a
+A dialect supplies two things: a session (a connection for one read: checked out and released, or kept
+between reads on PostgreSQL) and a
 `read_visible(session, after, limit)` that returns the rows visible after a seq together with the
 horizon of the same read. The loop here feeds the hole rule only after the session was released
 cleanly: a read that fails anywhere, even at its closing ROLLBACK, changes nothing, and the next read

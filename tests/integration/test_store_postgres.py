@@ -14,6 +14,7 @@ from bridge import migrate
 from bridge.core.holes import SeqRange
 from bridge.schema import NOTIFY_CHANNEL
 from bridge.store import Batch, postgres
+from tests.faultproxy import FaultProxy
 from tests.support import Tail
 
 pytestmark = pytest.mark.integration
@@ -220,3 +221,68 @@ def test_a_read_takes_the_notifications_it_answers_off_the_listen_connection(pos
     finally:
         reader.close()
         engine.dispose()
+
+
+def _sessions(engine: Engine, name: str) -> list[tuple[int, str, bool, bool]]:
+    """(pid, state, in a transaction, holding a snapshot) of every session named `name`."""
+    with engine.connect() as conn:
+        return [(int(pid), state, started, held) for pid, state, started, held in conn.execute(text(
+            "SELECT pid, state, xact_start IS NOT NULL, backend_xmin IS NOT NULL FROM pg_stat_activity "
+            "WHERE application_name = :name ORDER BY pid"), {"name": name})]
+
+
+def test_a_caught_up_read_is_one_statement_on_a_kept_connection_that_holds_no_snapshot(
+    engine: Engine, postgres_url: str
+) -> None:
+    """A caught-up bridge reads hundreds of times a second. Each read must cost PostgreSQL its one statement, not
+    a pool check-out's ping, BEGIN and closing ROLLBACK around it; and between reads the connection must hold no
+    transaction or snapshot, which would hold VACUUM back."""
+    from bridge.store.engine import make_engine, make_reader
+
+    name = f"reads-{time.monotonic_ns()}"
+    server = make_url(postgres_url)
+    with FaultProxy((server.host or "127.0.0.1", server.port or 5432)) as proxy:
+        reading = make_engine(proxy.url_for(postgres_url + f"?application_name={name}"))
+        reader = make_reader(reading)
+        try:
+            with engine.begin() as conn:
+                head = insert(conn, "kept-1")
+            assert [row.seq for row in reader.poll(0, 100).rows] == [head]  # the first read connects
+            connections = proxy.connections
+            proxy.statements.clear()
+            for _ in range(20):
+                assert reader.poll(head, 100).rows == ()
+            statements = dict(proxy.statements)
+            assert set(statements) <= {"P SELECT"}, f"only the read itself reaches the server: {statements}"
+            assert statements.get("P SELECT", 0) <= 20, statements
+            assert proxy.connections == connections, "the reads kept their connection"
+            reads = _sessions(engine, name)
+            assert [(state, in_transaction, snapshot) for _, state, in_transaction, snapshot in reads] == [
+                ("idle", False, False)], f"between reads, an idle connection without a transaction: {reads}"
+        finally:
+            reader.close()
+            reading.dispose()
+
+
+def test_a_read_connection_lost_between_reads_is_replaced_within_the_next_read(
+    engine: Engine, postgres_url: str
+) -> None:
+    """A server restart or a failover ends the kept connection while it is idle: the next read connects again
+    and reads, as the pool's ping on check-out made it do, instead of failing once."""
+    from bridge.store.engine import make_engine, make_reader
+
+    name = f"lost-{time.monotonic_ns()}"
+    reading = make_engine(postgres_url + f"?application_name={name}")
+    reader = make_reader(reading)
+    try:
+        assert reader.poll(0, 100).rows == ()
+        (kept, *_), = _sessions(engine, name)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": kept}).scalar_one()
+        with engine.begin() as conn:
+            seq = insert(conn, "after-the-loss")
+        assert [row.seq for row in reader.poll(0, 100).rows] == [seq]
+        assert [pid for pid, *_ in _sessions(engine, name)] != [kept], "a new connection read it"
+    finally:
+        reader.close()
+        reading.dispose()

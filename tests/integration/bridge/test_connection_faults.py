@@ -1,8 +1,9 @@
 """The bridge's database connections cut while writers commit out of seq order, on every backend.
 
 PostgreSQL: the bridge reaches the server only through `tests.faultproxy`, which cuts a connection (both
-sides, as a restart, failover or network drop does) when the bridge ends a read with ROLLBACK, at COMMIT,
-halfway through a result, or when a notification is due on its LISTEN connection.
+sides, as a restart, failover or network drop does) at ROLLBACK or COMMIT (the lease and the watermark;
+the reads run in autocommit on a kept connection), halfway through a result (the reads), or when a
+notification is due on its LISTEN connection.
 SQL Server: the suite cannot read TDS (inside TLS, usually), so `tests.tcpproxy.ChunkProxy` cuts by
 position: request chunks, reply chunks or both, after each connection's login, at chunk boundaries drawn
 with a fixed seed; a cut request never reaches the server, a cut reply reaches the bridge only in part.
