@@ -89,6 +89,10 @@ def _header(results: dict[str, Any]) -> str:
 
 
 #: B6's goal on local[2] (p50, p99 seconds), and the aim below it that the report also measures against.
+#: B5's goal (#12): the projection at 0.8 of the bare MERGE's events/s in the same run or better (the framework
+#: costing at most 1.2x a bare MERGE). The first round's absolute 50,000 events/s is reported beside it.
+B5_TARGET_FRACTION = 0.8
+B5_FIRST_ROUND_EVENTS_PER_S = 50_000
 B6_TARGET_S = (3.0, 6.0)
 B6_AIM_S = (2.0, 5.0)
 _B6_GOALS = (f"p50 <= {B6_TARGET_S[0]:.0f} s, p99 <= {B6_TARGET_S[1]:.0f} s "
@@ -150,13 +154,13 @@ def _summary(bench: dict[str, Any]) -> str:
     b5 = bench.get("B5")
     problem = _failed(b5)
     if problem:
-        rows.append(f"| B5 | projection throughput | {problem} | | >= 50,000 events/s | {MISSED} |")
+        rows.append(f"| B5 | projection throughput | {problem} | | {_B5_GOAL} | {MISSED} |")
     else:
         for kind, k in b5["kinds"].items():
             rows.append(
                 f"| B5 | `{kind}`, {b5['events']:,} events, {b5['keys']:,} keys | "
                 f"{_n(k['projection']['events_per_s'])} events/s | {_n(k['baseline']['events_per_s'])} events/s "
-                f"(bare MERGE) | >= 50,000 events/s | {_verdict(k.get('meets_target'))} |")
+                f"(bare MERGE) | {_B5_GOAL} (got {b5_fraction(k):.2f}) | {_verdict(_b5_within(k))} |")
     b6 = bench.get("B6")
     problem = _failed(b6)
     if problem:
@@ -389,19 +393,25 @@ def _b5(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
         "bare producer beforehand), drained by an availableNow query with maxOffsetsPerTrigger "
         f"{b5['max_offsets_per_trigger']:,} "
         "on local[2]. Measured: " + b5["measured"] + ". The projection is the project's own "
-        "(`projections.runner.start`); the baseline is a bare foreachBatch MERGE with the seq guard "
-        "(`bench/spark_jobs.py`), the least a correct projection does.",
+        "(`projections.runner.start`); the baseline is a bare foreachBatch MERGE (`bench/spark_jobs.py`), the "
+        "least a correct projection does: for `latest_state` the newest event per key with the seq guard, for "
+        "`event_log` an insert of the events whose event_id the table lacks, each row as wide as the kind's "
+        "(the raw payload and the extra headers beside the payload's columns).",
+        "",
+        f"Target (#12): the projection at {B5_TARGET_FRACTION} of the bare MERGE's events/s or better, both "
+        f"measured in this run; the first round's absolute {B5_FIRST_ROUND_EVENTS_PER_S:,} events/s is shown too.",
         "",
         "| kind | projection events/s | batches | batch s (mean / max) | baseline events/s | baseline batch s "
-        "(mean / max) | verdict |",
-        "|---|---|---|---|---|---|---|",
+        f"(mean / max) | projection / baseline | verdict | >= {B5_FIRST_ROUND_EVENTS_PER_S:,} events/s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for kind, k in b5["kinds"].items():
         p, q = k["projection"], k["baseline"]
         lines.append(
             f"| `{kind}` | {_n(p['events_per_s'])} | {p['batches']} | {p['batch_seconds']['mean']} / "
             f"{p['batch_seconds']['max']} | {_n(q['events_per_s'])} | {q['batch_seconds']['mean']} / "
-            f"{q['batch_seconds']['max']} | {_verdict(k.get('meets_target'))} |")
+            f"{q['batch_seconds']['max']} | {b5_fraction(k):.2f} | {_verdict(_b5_within(k))} | "
+            f"{_verdict(p['events_per_s'] >= B5_FIRST_ROUND_EVENTS_PER_S)} |")
     lines.append(_image(images, "projection", base, "projection throughput"))
     lines.extend(_b5_profile(b5))
     return "\n".join(lines) + "\n"
@@ -603,6 +613,20 @@ def _b8(bench: dict[str, Any], versions: dict[str, Any], images: dict[str, Path]
         *_record_format(b8.get("record_format_differences")),
     ]
     return "\n".join(lines) + "\n"
+
+
+_B5_GOAL = f">= {B5_TARGET_FRACTION} of the bare MERGE"
+
+
+def b5_fraction(row: dict[str, Any]) -> float:
+    """A B5 kind's events/s as a fraction of the bare MERGE's in the same run."""
+    baseline = row["baseline"]["events_per_s"]
+    return float(row["projection"]["events_per_s"]) / baseline if baseline else 0.0
+
+
+
+def _b5_within(row: dict[str, Any]) -> bool:
+    return b5_fraction(row) >= B5_TARGET_FRACTION
 
 
 def _b6_within(latency: dict[str, float], goal_s: tuple[float, float]) -> bool:

@@ -144,10 +144,18 @@ def start_projection(spark: SparkSession, kind: str, name: str, lake: Path, boot
 # ------------------------------------------------------------------------------------- the baseline
 
 
-def _decoded(raw: DataFrame) -> DataFrame:
+def _decoded(raw: DataFrame, as_logged: bool) -> DataFrame:
+    """The envelope and the payload's columns; `as_logged` adds what an `event_log` row keeps besides them, the
+    raw payload and the headers beyond the standard five, so the baseline writes rows as wide as the kind's."""
     from pyspark.sql import functions as F
 
     headers = F.map_from_entries(F.col("headers"))
+    logged = [
+        F.col("value").cast("string").alias("payload"),
+        F.expr("transform(filter(coalesce(headers, array()), h -> h.key NOT IN "
+               "('event_id', 'event_type', 'aggregate_type', 'seq', 'occurred_at')), "
+               "h -> named_struct('key', h.key, 'value', CAST(h.value AS STRING)))").alias("headers"),
+    ] if as_logged else []
     return raw.select(
         F.col("key").cast("string").alias("aggregate_id"),
         headers["event_id"].cast("string").alias("event_id"),
@@ -155,28 +163,34 @@ def _decoded(raw: DataFrame) -> DataFrame:
         headers["seq"].cast("string").cast("long").alias("seq"),
         F.to_timestamp(headers["occurred_at"].cast("string")).alias("occurred_at"),
         F.from_json(F.col("value").cast("string"), PAYLOAD_DDL).alias("p"),
-    ).select("aggregate_id", "event_id", "event_type", "seq", "occurred_at", "p.*")
+        *logged,
+    ).select("aggregate_id", "event_id", "event_type", "seq", "occurred_at", "p.*",
+             *(["payload", "headers"] if as_logged else []))
 
 
 _BASELINE_DDL = ("aggregate_id STRING, event_id STRING, event_type STRING, seq BIGINT, occurred_at TIMESTAMP, "
                  f"{PAYLOAD_DDL.replace(' NOT NULL', '')}")
+#: An `event_log` row keeps the raw payload and the extra headers too.
+_LOGGED_DDL = ", payload STRING, headers ARRAY<STRUCT<key: STRING, value: STRING>>"
 
 
 def start_baseline(spark: SparkSession, kind: str, table: Path, checkpoint: Path, bootstrap: str, topic: str,
                    max_per_batch: int | None = None, trigger_s: float | None = None,
                    change_feed: bool = False) -> StreamingQuery:
-    """The bare foreachBatch MERGE with the seq guard (latest_state) or the event_id guard (event_log);
-    availableNow unless `trigger_s` asks for a processing-time trigger."""
+    """The bare foreachBatch MERGE with the seq guard (latest_state) or the event_id guard (event_log, writing
+    rows as wide as the kind's); availableNow unless `trigger_s` asks for a processing-time trigger."""
     from delta.tables import DeltaTable
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{table}` ({_BASELINE_DDL}) USING delta")
+    as_logged = kind == "event_log"
+    columns = _BASELINE_DDL + (_LOGGED_DDL if as_logged else "")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{table}` ({columns}) USING delta")
     if change_feed:
         spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
 
     def apply(raw: DataFrame, batch_id: int) -> None:
-        events = _decoded(raw)
+        events = _decoded(raw, as_logged)
         target = DeltaTable.forPath(spark, str(table)).alias("t")
         if kind == "latest_state":
             newest = Window.partitionBy("aggregate_id").orderBy(F.col("seq").desc())
