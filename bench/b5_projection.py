@@ -16,19 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from bench.backlog import PARTITIONS
-from bench.bridge_process import bridge_env
-from bench.ceiling import run_ceiling
 from bench.context import Context
 from bench.report import B5_TARGET_FRACTION, b5_fraction
 from bench.spark_jobs import (
     KINDS,
     applier_phases,
     drain,
+    fill,
     merge_metrics,
     profile,
     session,
     start_baseline,
     start_projection,
+    warm_up,
 )
 from bench.stack import KAFKA1
 from bench.workload import AGGREGATE_TYPE
@@ -36,25 +36,17 @@ from projections.lake import Lake
 
 log = logging.getLogger("bench.b5")
 
-WARM_UP_EVENTS = 10_000
-
-
-def _fill(ctx: Context, name: str, events: int, keys: int) -> str:
-    topic = ctx.scratch.create_topic(KAFKA1, f"{name}.{AGGREGATE_TYPE}", PARTITIONS, 1)
-    env = bridge_env("sqlite:///unused.db", KAFKA1, "bench-fill", "unused.{aggregate_type}", 1)
-    produced = run_ceiling(env, topic, events, keys, prefix=name)
-    log.info("B5: %d events over %d keys in %s (%.0f events/s)", events, keys, topic, produced["events_per_s"])
-    return topic
 
 
 def run(ctx: Context) -> dict[str, Any]:
     events, keys, per_batch = ctx.sizes.b5_events, ctx.sizes.b5_keys, ctx.sizes.b5_max_per_batch
     spark = session(ctx)
     lake = ctx.raw("lake-b5")
-    warm_topic = None if ctx.quick else _fill(ctx, "b5-warm", WARM_UP_EVENTS, min(keys, WARM_UP_EVENTS))
-    _fill(ctx, "b5", events, keys)
+    # Both sides' code paths first, so that neither pays the JVM's warm-up inside its timed run (the side timed
+    # first would otherwise pay for both).
+    warm_up(ctx, per_batch)
+    fill(ctx, "b5", events, keys)
     template = ctx.scratch.topic("b5.{aggregate_type}")
-    warm_template = ctx.scratch.topic("b5-warm.{aggregate_type}")
     topic = ctx.scratch.topic(f"b5.{AGGREGATE_TYPE}")
     result: dict[str, Any] = {
         "target": f">= {B5_TARGET_FRACTION} of the bare MERGE's events/s, on local[2]",
@@ -63,17 +55,6 @@ def run(ctx: Context) -> dict[str, Any]:
         "kinds": {},
     }
     try:
-        if warm_topic is not None:
-            # Both sides' code paths, so that neither pays the JVM's warm-up inside its timed run (the side
-            # timed first would otherwise pay for both).
-            for kind in KINDS:
-                # A table of its own: the projection's is `<lake>/warm_<kind>`, with the kind's schema.
-                warm = start_baseline(spark, kind, lake / f"warm_baseline_{kind}", lake / f"_cp_warm_baseline_{kind}",
-                                      KAFKA1, warm_topic, per_batch)
-                drain(warm, WARM_UP_EVENTS, time.monotonic())
-                warm = start_projection(spark, kind, f"warm_{kind}", lake, KAFKA1,
-                                        warm_template, available_now=True, max_per_batch=per_batch)
-                drain(warm, WARM_UP_EVENTS, time.monotonic())
         for kind in KINDS[:1] if ctx.quick else KINDS:  # a smoke run needs one kind to prove the path
             started = time.monotonic()
             with applier_phases() as phases:

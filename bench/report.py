@@ -493,7 +493,9 @@ def _b6(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
         f"mean {batches.get('mean_s')} s, max {batches.get('max_s')} s."
         + (f" The same pipeline with the bare MERGE baseline in place of the projection (a second run, its own "
            f"database and topic): micro-batches mean {b6['baseline']['batches'].get('mean_s')} s, max "
-           f"{b6['baseline']['batches'].get('max_s')} s." if b6.get("baseline") else ""),
+           f"{b6['baseline']['batches'].get('max_s')} s." if b6.get("baseline") else "")
+        + (" Spark's JVM was warm for both (by B5, or by an untimed run of both sides first)."
+           if b6.get("jvm_warmed_first") else ""),
         "",
         "| part | p50 s | p95 s | p99 s | max s |",
         "|---|---|---|---|---|",

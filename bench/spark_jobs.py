@@ -110,6 +110,54 @@ def drain(query: StreamingQuery, events: int, started: float, timeout: float = 1
     return QueryRun(events, time.monotonic() - started, batches_of(query))
 
 
+# ------------------------------------------------------------------------------------ warming the JVM up
+
+WARM_UP_EVENTS = 10_000
+
+
+def fill(ctx: Context, name: str, events: int, keys: int) -> str:
+    """A topic `<name>.order` of `events` benchmark records over `keys` keys, written by the bare producer."""
+    from bench.backlog import PARTITIONS
+    from bench.bridge_process import bridge_env
+    from bench.ceiling import run_ceiling
+    from bench.stack import KAFKA1
+    from bench.workload import AGGREGATE_TYPE
+
+    topic = ctx.scratch.create_topic(KAFKA1, f"{name}.{AGGREGATE_TYPE}", PARTITIONS, 1)
+    env = bridge_env("sqlite:///unused.db", KAFKA1, "bench-fill", "unused.{aggregate_type}", 1)
+    produced = run_ceiling(env, topic, events, keys, prefix=name)
+    log.info("%d events over %d keys in %s (%.0f events/s)", events, keys, topic, produced["events_per_s"])
+    return topic
+
+
+def warm_up(ctx: Context, per_batch: int | None = None) -> None:
+    """Run each kind's projection and bare MERGE once, untimed, on a small topic, the first time a run needs
+    Spark (B5, or B6 without B5): a cold JVM's first stream costs about 2.5 times a warm one's CPU, and the
+    side timed first would pay for both. Not in --quick."""
+    import shutil
+
+    from bench.stack import KAFKA1
+
+    if ctx.quick or ctx.shared.get("spark_warm"):
+        return
+    spark = session(ctx)
+    topic = fill(ctx, "spark-warm", WARM_UP_EVENTS, WARM_UP_EVENTS)
+    template = ctx.scratch.topic("spark-warm.{aggregate_type}")
+    lake = ctx.raw("lake-warm")
+    try:
+        for kind in KINDS:
+            # A table of its own: the projection's is `<lake>/warm_<kind>`, with the kind's schema.
+            warm = start_baseline(spark, kind, lake / f"warm_baseline_{kind}", lake / f"_cp_warm_baseline_{kind}",
+                                  KAFKA1, topic, per_batch)
+            drain(warm, WARM_UP_EVENTS, time.monotonic())
+            warm = start_projection(spark, kind, f"warm_{kind}", lake, KAFKA1, template, available_now=True,
+                                    max_per_batch=per_batch)
+            drain(warm, WARM_UP_EVENTS, time.monotonic())
+    finally:
+        shutil.rmtree(lake, ignore_errors=True)
+    ctx.shared["spark_warm"] = True
+
+
 # ------------------------------------------------------------------------------------ the projections
 
 
