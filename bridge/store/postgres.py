@@ -9,11 +9,13 @@ it never would), and between reads the connection holds no snapshot back from VA
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import operator
 import select as io_select
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -191,6 +193,13 @@ class PostgresReader(SqlReader[PostgresSession]):
         super().__init__(engine, self._read_session, read_visible)
         self._listen: Any = None
         self._reads: Connection | None = None
+        #: The read started after a full batch, on its own thread, for the `after` and `limit` the caller will
+        #: most likely ask next: the server runs it (and the driver waits for it, the GIL released) while the
+        #: caller sends the batch it has.
+        self._ahead: tuple[int, int, Future[VisibleRows]] | None = None
+        self._ahead_thread: ThreadPoolExecutor | None = None
+        #: Reads ahead taken as they were, and thrown away (the caller asked for another `after` or `limit`).
+        self.reads_ahead = {"taken": 0, "discarded": 0}
 
     @contextmanager
     def _read_session(self) -> Iterator[PostgresSession]:
@@ -237,9 +246,10 @@ class PostgresReader(SqlReader[PostgresSession]):
         # A busy bridge seldom waits, and notifications left unread fill the connection's buffers until the
         # listening backend blocks, and with it the server's notify queue, which every writer's NOTIFY uses.
         self._discard_notifies()
+        self._wait_ahead()  # the read ahead's thread leaves the kept connection before anything looks at it
         reused = self._reads is not None
         try:
-            return super().poll(after, limit)
+            batch = super().poll(after, limit)
         except TransientStoreError as exc:
             # The kept connection died while idle (a server restart, a failover, an idle timeout): what the
             # pool's ping on check-out used to catch. A failed read changes nothing, so read again at once
@@ -249,7 +259,37 @@ class PostgresReader(SqlReader[PostgresSession]):
                 raise
             log.info("the outbox read connection was lost between reads; reading again on a new one",
                      extra={"error": str(exc)})
-            return super().poll(after, limit)
+            batch = super().poll(after, limit)
+        if len(batch.rows) == limit:
+            # A backlog: the caller will most likely send these rows and ask for the next `limit` after them.
+            if self._ahead_thread is None:
+                self._ahead_thread = ThreadPoolExecutor(1, thread_name_prefix="outbox-read-ahead")
+            following = batch.rows[-1].seq
+            self._ahead = (following, limit, self._ahead_thread.submit(SqlReader._fetch, self, following, limit))
+        return batch
+
+    def _fetch(self, after: int, limit: int) -> VisibleRows:
+        # Only a read ahead of exactly this `after` and `limit` answers it; any other is thrown away unseen. No
+        # read touches the hole rule until it is taken here, in the caller's order, so one thrown away (or
+        # failed) changes nothing, and the one taken is as if read now, from a snapshot taken after the last.
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead_after, ahead_limit, future = ahead
+            if (ahead_after, ahead_limit) == (after, limit) and future.exception() is None:
+                self.reads_ahead["taken"] += 1
+                return future.result()
+            self.reads_ahead["discarded"] += 1
+        return super()._fetch(after, limit)
+
+    def _wait_ahead(self) -> None:
+        if self._ahead is not None:
+            concurrent.futures.wait([self._ahead[2]])
+
+    def forget_holes(self) -> None:
+        # The caller restarts lower down: the read ahead answers nothing it will ask.
+        self._wait_ahead()
+        self._ahead = None
+        super().forget_holes()
 
     def _discard_notifies(self) -> None:
         if self._listen is None:
@@ -297,6 +337,12 @@ class PostgresReader(SqlReader[PostgresSession]):
         self._listen = None
 
     def close(self) -> None:
+        self._wait_ahead()
+        self._ahead = None
+        if self._ahead_thread is not None:
+            self._ahead_thread.shutdown()
+            self._ahead_thread = None
+            log.debug("reads ahead", extra=dict(self.reads_ahead))
         self._drop_listener()
         self._drop_reads()
         super().close()

@@ -104,11 +104,7 @@ class TailReader(Generic[Session]):
         self.waiting_on: SeqRange | None = None
 
     def poll(self, after: int, limit: int) -> Batch:
-        try:
-            with self._session() as session:
-                visible = self._read_visible(session, after, limit)
-        except DBAPIError as exc:
-            raise store_error(exc, f"reading domain_events after seq {after}") from exc
+        visible = self._fetch(after, limit)
         # Here the read fully succeeded (rows fetched, connection released): only now may it count.
         step = self._rule.advance(after, (row.seq for row in visible.rows), visible.horizon)
         self.waiting_on = step.waiting_on
@@ -117,6 +113,14 @@ class TailReader(Generic[Session]):
             by_seq = {row.seq: row for row in rows}
             rows = tuple(by_seq[seq] for seq in step.deliver)
         return Batch(rows, step.settled, step.waiting_on)
+
+    def _fetch(self, after: int, limit: int) -> VisibleRows:
+        """One read, with no effect on the hole rule: a read that is never taken changes nothing."""
+        try:
+            with self._session() as session:
+                return self._read_visible(session, after, limit)
+        except DBAPIError as exc:
+            raise store_error(exc, f"reading domain_events after seq {after}") from exc
 
     def forget_holes(self) -> None:
         self._rule.forget()

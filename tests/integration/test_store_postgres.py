@@ -286,3 +286,31 @@ def test_a_read_connection_lost_between_reads_is_replaced_within_the_next_read(
     finally:
         reader.close()
         reading.dispose()
+
+
+def test_after_a_full_batch_the_next_read_is_already_under_way_and_any_other_read_ignores_it(
+    engine: Engine, postgres_url: str
+) -> None:
+    """In a backlog the reader reads the next batch on its own thread while the caller sends the one it has; a
+    caller that asks for anything else (it sent fewer rows, it rewinds) gets a read of its own, and the read
+    ahead changes nothing."""
+    from bridge.store.engine import make_engine, make_reader
+    from bridge.store.postgres import PostgresReader
+
+    with engine.begin() as conn:
+        seqs = [insert(conn, f"ahead-{i}") for i in range(25)]
+    reader = make_reader(make_engine(postgres_url))
+    assert isinstance(reader, PostgresReader)
+    try:
+        assert [r.seq for r in reader.poll(0, 10).rows] == seqs[:10]
+        assert [r.seq for r in reader.poll(seqs[9], 10).rows] == seqs[10:20]
+        assert reader.reads_ahead == {"taken": 1, "discarded": 0}
+        # The caller sent only some of the rows (its window was full): it asks again lower down.
+        assert [r.seq for r in reader.poll(seqs[14], 10).rows] == seqs[15:25]
+        assert reader.reads_ahead == {"taken": 1, "discarded": 1}
+        assert reader.poll(seqs[24], 10).rows == ()  # the read ahead after that full batch: nothing more
+        assert reader.reads_ahead == {"taken": 2, "discarded": 1}
+        assert reader.poll(seqs[24], 10).rows == ()
+        assert reader.reads_ahead == {"taken": 2, "discarded": 1}, "caught up: nothing is read ahead"
+    finally:
+        reader.close()
