@@ -197,11 +197,13 @@ def _decoded(raw: DataFrame, as_logged: bool) -> DataFrame:
     raw payload and the headers beyond the standard five, so the baseline writes rows as wide as the kind's."""
     from pyspark.sql import functions as F
 
+    from projections.envelope import STANDARD_HEADERS
+
     headers = F.map_from_entries(F.col("headers"))
+    standard = ", ".join(f"'{h}'" for h in STANDARD_HEADERS)
     logged = [
         F.col("value").cast("string").alias("payload"),
-        F.expr("transform(filter(coalesce(headers, array()), h -> h.key NOT IN "
-               "('event_id', 'event_type', 'aggregate_type', 'seq', 'occurred_at')), "
+        F.expr(f"transform(filter(coalesce(headers, array()), h -> h.key NOT IN ({standard})), "
                "h -> named_struct('key', h.key, 'value', CAST(h.value AS STRING)))").alias("headers"),
     ] if as_logged else []
     return raw.select(

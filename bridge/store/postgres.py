@@ -285,10 +285,13 @@ class PostgresReader(SqlReader[PostgresSession]):
         if self._ahead is not None:
             concurrent.futures.wait([self._ahead[2]])
 
-    def forget_holes(self) -> None:
-        # The caller restarts lower down: the read ahead answers nothing it will ask.
+    def _drop_ahead(self) -> None:
         self._wait_ahead()
         self._ahead = None
+
+    def forget_holes(self) -> None:
+        # The caller restarts lower down: the read ahead answers nothing it will ask.
+        self._drop_ahead()
         super().forget_holes()
 
     def _discard_notifies(self) -> None:
@@ -337,8 +340,7 @@ class PostgresReader(SqlReader[PostgresSession]):
         self._listen = None
 
     def close(self) -> None:
-        self._wait_ahead()
-        self._ahead = None
+        self._drop_ahead()
         if self._ahead_thread is not None:
             self._ahead_thread.shutdown()
             self._ahead_thread = None
