@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
@@ -13,7 +12,7 @@ from rich.table import Table
 
 from bridge.config import BridgeConfig
 from bridge.kafka.access import check_connection
-from bridge.kafka.topics import TopicGuard, TopicPolicy, TopicReport
+from bridge.kafka.topics import TopicGuard, TopicPolicy
 from bridge.store.engine import make_engine, make_reader
 from bridge.store.offsets import OffsetStore
 
@@ -79,10 +78,10 @@ def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topic
         if action == "ensure":
             if not report.exists and config.allow_create_topics:
                 guard.create(topic)
-                report = _settled(guard, topic)
+                report = guard.settle(topic)
             elif report.problems:
                 guard.fix(report)
-                report = _settled(guard, topic)
+                report = guard.settle(topic)
         reports.append(report)
     unsafe = [r for r in reports if not r.safe]
     if as_json:
@@ -97,17 +96,6 @@ def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topic
                           str(r.unclean_leader_election), verdict)
         Console().print(table)
     return EXIT_UNSAFE if unsafe else 0
-
-
-def _settled(guard: TopicGuard, topic: str, timeout: float = 15.0) -> TopicReport:
-    """Re-check a topic just created or altered until it reads safe (brokers learn new configs from the
-    controller a moment later), or the timeout passes; return the last report."""
-    deadline = time.monotonic() + timeout
-    report = guard.check(topic)
-    while not report.safe and time.monotonic() < deadline:
-        time.sleep(0.5)
-        report = guard.check(topic)
-    return report
 
 
 def _event_topics(config: BridgeConfig) -> list[str]:

@@ -194,22 +194,21 @@ class TopicGuard:
 
     def fix(self, report: TopicReport) -> list[str]:
         """Set min.insync.replicas and unclean leader election where wrong; return what is left unfixed."""
-        entries = []
-        rf = report.replication_factor or 1
-        if report.min_insync_replicas is not None and report.min_insync_replicas < TopicPolicy.min_isr(rf):
-            entries.append(ConfigEntry("min.insync.replicas", str(TopicPolicy.min_isr(rf)),
-                                       incremental_operation=AlterConfigOpType.SET))
-        if report.unclean_leader_election:
-            entries.append(ConfigEntry("unclean.leader.election.enable", "false",
-                                       incremental_operation=AlterConfigOpType.SET))
+        entries = [ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+                   for name, value in _fixes(report).items()]
         if entries:
             resource = ConfigResource("topic", report.topic, incremental_configs=entries)
             next(iter(self._admin.incremental_alter_configs([resource]).values())).result(self._timeout)
         after = self.check(report.topic)
         return after.problems
 
-    def _check_created(self, topic: str) -> TopicReport:
-        """Check a topic just created: metadata shows it a moment after CreateTopics returns, so wait."""
+    def settle(self, topic: str) -> TopicReport:
+        """Check a topic just created or fixed until it exists with nothing left that `fix` would set, or the
+        guard's timeout passes; return the last report.
+
+        Brokers learn a new topic, and new configs, from the controller a moment later. Metadata from one
+        broker may list a topic while DescribeConfigs, answered by another, still says UNKNOWN_TOPIC_OR_PART,
+        or still shows the configs from before the fix. Both are waited out; any other error is raised."""
         deadline = time.monotonic() + self._timeout
         delay = 0.05
         while True:
@@ -219,7 +218,7 @@ class TopicGuard:
                 if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() >= deadline:
                     raise
             else:
-                if report.exists or time.monotonic() >= deadline:
+                if (report.exists and not _fixes(report)) or time.monotonic() >= deadline:
                     return report
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
@@ -269,7 +268,7 @@ class TopicGuard:
                     f"replication factor {self._policy.replication_factor} or run `outbox-bridge topics ensure`"
                 )
             self.create(topic)
-            report = self._check_created(topic)
+            report = self.settle(topic)
             if report.exists:
                 self._wait_until_led(topic, report.partitions or 0)
         if report.problems:
@@ -277,3 +276,14 @@ class TopicGuard:
         for note in report.notes:
             log.warning(note)
         return report
+
+
+def _fixes(report: TopicReport) -> dict[str, str]:
+    """The topic configs `TopicGuard.fix` sets on this topic: those the report shows unsafe."""
+    fixes = {}
+    min_isr = TopicPolicy.min_isr(report.replication_factor or 1)
+    if report.min_insync_replicas is not None and report.min_insync_replicas < min_isr:
+        fixes["min.insync.replicas"] = str(min_isr)
+    if report.unclean_leader_election:
+        fixes["unclean.leader.election.enable"] = "false"
+    return fixes
