@@ -52,6 +52,14 @@ sysdeps: ## install Prometheus (promtool, prometheus) from Debian's packages whe
 	  echo "promtool and prometheus are missing: run \`sudo ops/apt-install.sh prometheus\` (Debian's" \
 	    "package, its service left off) or \`sudo apt-get install prometheus\`" >&2; exit 1; \
 	fi
+	@if command -v cc >/dev/null; then \
+	  echo "a C compiler for mypyc (the compiled core's unit tests): $$(command -v cc)"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  echo "a C compiler for mypyc (the compiled core's unit tests): installing Debian's gcc package (apt-get)"; \
+	  ops/apt-install.sh gcc; \
+	else \
+	  echo "no C compiler for mypyc: run \`sudo apt-get install gcc\`" >&2; exit 1; \
+	fi
 
 mssql-driver: $(STAMP) ## SQL Server tests: unixODBC (apt), pyodbc and Microsoft's ODBC Driver 18 (PyPI), registered in .run/odbc
 	@ldconfig -p | grep -q 'libodbc\.so\.2 ' || { \
@@ -79,6 +87,11 @@ status: $(STAMP) ## show which stack processes run
 # progress; the slowest tests are listed at the end (--durations in pyproject.toml).
 test: sysdeps $(STAMP) jars $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
 	$(PY) -m pytest -v $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-compiled
+
+test-compiled: $(STAMP) ## the unit tests again, on a copy whose per-event core is compiled with mypyc (.run/compiled)
+	$(PY) ops/compile_core.py .run/compiled
+	cd .run/compiled && BRIDGE_EXPECT_COMPILED=1 $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 test-unit: $(STAMP) ## run only the fast unit tests
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
@@ -96,4 +109,4 @@ bench: $(STAMP) jars ## run the benchmark suite; results go to docs/BENCHMARKS.m
 clean: down ## stop the stack and remove .run (keeps .venv and .cache)
 	rm -rf .run
 
-.PHONY: help venv sysdeps mssql-driver jars up down status test test-unit lint demo bench clean
+.PHONY: help venv sysdeps mssql-driver jars up down status test test-compiled test-unit lint demo bench clean

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import bridge_process
 from bench.bridge_process import BridgeProcess, bridge_env
 from bench.ceiling import run_ceiling
 from bench.context import Context
@@ -125,13 +126,20 @@ def read_and_produce(ctx: Context, label: str, target: Target, events: int,
 
 
 def bridge_vs_ceiling(ctx: Context, label: str, target: Target, events: int,
-                      settings: dict[str, str | int] | None = None, sample_rss: bool = False) -> dict[str, Any]:
+                      settings: dict[str, str | int] | None = None, sample_rss: bool = False,
+                      plain_too: bool = False) -> dict[str, Any]:
     """Ceiling, bridge, ceiling: the bridge's rate as a fraction of the mean of the two ceilings. On
-    PostgreSQL also the bare read-and-produce loop, between the bridge and the second ceiling."""
+    PostgreSQL also the bare read-and-produce loop, between the bridge and the second ceiling. With `plain_too`,
+    in a run whose bridge runs its core compiled, the bridge again with the core as plain Python, right after it."""
     before = ceiling(ctx, f"{label}-ceil-a", target, events, settings)
     log.info("%s: ceiling before %.0f events/s", label, before["events_per_s"])
     bridge = drain(ctx, label, target, events, settings, sample_rss=sample_rss)
     log.info("%s: bridge %.0f events/s", label, bridge.events_per_s)
+    plain = None
+    if plain_too and bridge_process.COMPILED is not None:
+        with bridge_process.plain_python():
+            plain = drain(ctx, f"{label}-plain", target, events, settings)
+        log.info("%s: bridge, core as plain Python %.0f events/s", label, plain.events_per_s)
     bare_loop = None
     if target.db_url.startswith("postgresql"):
         bare_loop = read_and_produce(ctx, f"{label}-rp", target, events, settings)
@@ -144,8 +152,13 @@ def bridge_vs_ceiling(ctx: Context, label: str, target: Target, events: int,
                              "read_batch_size": bare_loop["read_batch_size"]},
         "fraction_of_read_and_produce": round(bridge.events_per_s / bare_loop["events_per_s"], 3),
     }
+    plain_figures = {} if plain is None else {
+        "bridge_plain_python": {"events_per_s": round(plain.events_per_s, 1),
+                                "fraction_of_ceiling": round(plain.events_per_s / mean_ceiling, 3)},
+    }
     return {
         **loop_figures,
+        **plain_figures,
         "bridge": bridge.as_dict(),
         "ceiling": {
             "events_per_s": round(mean_ceiling, 1),

@@ -13,7 +13,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,21 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 BRIDGE_EXE = Path(sys.executable).with_name("outbox-bridge")
+#: A copy of the packages whose per-event core is compiled with mypyc (`ops/compile_core.py`), which `bench.run`
+#: builds for the run: every bridge process, and the bare read-and-produce loop that shares its record building,
+#: then runs it, as a deployment that compiles would. None: they run the sources (`plain_python`).
+COMPILED: Path | None = None
+
+
+@contextmanager
+def plain_python() -> Iterator[None]:
+    """Child processes started inside run the per-event core as plain Python, even in a run that compiled it."""
+    global COMPILED
+    kept, COMPILED = COMPILED, None
+    try:
+        yield
+    finally:
+        COMPILED = kept
 
 
 def bridge_env(db_url: str, bootstrap: str, name: str, topic_template: str, replication: int,
@@ -43,9 +59,13 @@ def bridge_env(db_url: str, bootstrap: str, name: str, topic_template: str, repl
 
 def child_environ(settings: Mapping[str, str]) -> dict[str, str]:
     """The environment for a child process: the harness's own, minus any BRIDGE_*/OUTBOX_*/KAFKA_* variable
-    that would leak in, plus `settings`; `bench` importable from the repository root."""
+    that would leak in, plus `settings`; `bench` importable from the repository root, the compiled core first
+    when the run has one (`COMPILED`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BRIDGE_", "OUTBOX_", "KAFKA_"))}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    compiled = str(COMPILED) if COMPILED is not None else None
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [compiled, str(ROOT), env.get("PYTHONPATH")]))
+    if compiled:
+        env["PYTHONSAFEPATH"] = "1"  # `python -m` would put the working directory (the sources) first otherwise
     return {**env, **settings}
 
 

@@ -258,6 +258,16 @@ def _b1(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
             f"{_verdict(v.get('meets_target'))} |")
         if v.get("warning"):
             lines.append(f"\nWarning ({label}): {v['warning']}\n")
+    core = b1.get("bridge_core")
+    if core:
+        lines += ["", f"The bridge's per-event core (`bridge.compiled.MODULES`): {core}."]
+        for label, v in b1["variants"].items():
+            plain = v.get("bridge_plain_python") if isinstance(v, dict) else None
+            if plain:
+                lines.append(f"The same bridge with that core as plain Python ({label}, right after it): "
+                             f"{_n(plain['events_per_s'])} events/s, {plain['fraction_of_ceiling']:.0%} of the "
+                             f"ceiling; compiled, {_n(v['bridge']['events_per_s'])} "
+                             f"({v['bridge']['events_per_s'] / plain['events_per_s'] - 1:+.0%}).")
     settings = next((v["ceiling"]["producer_settings"] for v in b1["variants"].values() if "ceiling" in v), {})
     if settings:
         shown = {k: v for k, v in settings.items() if k not in ("bootstrap.servers", "client.id")}
@@ -596,7 +606,8 @@ def _b8(bench: dict[str, Any], versions: dict[str, Any], images: dict[str, Path]
     lines += [
         f"{b8['events_per_phase']:,} events per phase; Kafka Connect {dbz.get('kafka_connect_version', DASH)}, "
         f"Debezium {b8['debezium_version']}, worker heap `{dbz.get('worker_heap', DASH)}`, worker start-up "
-        f"{_n(dbz.get('worker_start_s'), 1)} s; librdkafka {versions.get('librdkafka', DASH)} for the bridge.",
+        f"{_n(dbz.get('worker_start_s'), 1)} s; librdkafka {versions.get('librdkafka', DASH)} for the bridge"
+        + (f"; the bridge's per-event core {b8['bridge_core']}" if b8.get("bridge_core") else "") + ".",
         "",
         "| phase | Debezium events/s | bridge events/s | bridge / Debezium | Debezium CPU s per 100k: worker + "
         "walsender = total | bridge CPU s per 100k: process + its backends = total | Debezium cores | bridge cores |",

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import json
 import logging
+import subprocess
 import sys
 import time
 import traceback
@@ -100,9 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     ensure_stack(need_three_brokers=needs_three)
     ctx = Context(run_id=run_id, quick=args.quick, sizes=QUICK if args.quick else FULL, raw_dir=raw_dir,
                   scratch=Scratch(run_id), shared={})
+    core = compile_core(raw_dir / "compiled")
     started = datetime.now(UTC)
     header = {"run_id": run_id, "mode": "quick" if args.quick else "full", "started_at": started.isoformat(),
-              "machine": machine(), "versions": versions(), "settings": settings(), "sizes": ctx.sizes.as_dict()}
+              "machine": machine(), "versions": versions(), "settings": settings(), "sizes": ctx.sizes.as_dict(),
+              "bridge_core": core}
     log.info("run %s (%s): %s", run_id, header["mode"], ", ".join(selected))
     results: dict[str, Any] = {}
     samples: dict[str, Any] = {}
@@ -120,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             # 1-minute load average before and after: how much else was running on the 2 cores.
             outcome["load_average_1m"] = [load_before, machine()["load_average"][0]]
             outcome["run_id"] = run_id
+            outcome["bridge_core"] = core
             results[name] = _split_samples(outcome, samples, name)
             log.info("=== %s done in %.0fs", name, outcome["seconds"])
     finally:
@@ -142,6 +146,29 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         log.error("failed: %s (see %s)", ", ".join(failed), raw_dir / "results.json")
     return 1 if failed else 0
+
+
+def compile_core(into: Path) -> str:
+    """Build the bridge's per-event core compiled with mypyc (`ops/compile_core.py`) for this run's bridge processes
+    (`bench.bridge_process.COMPILED`); return how the bridge runs it, as the report says it."""
+    from bench import bridge_process
+
+    built = subprocess.run([sys.executable, str(ROOT / "ops" / "compile_core.py"), str(into)],
+                           capture_output=True, text=True, check=False)
+    if built.returncode != 0:
+        log.error("compiling the bridge's core failed; the bridge runs it as plain Python:\n%s", built.stderr[-2000:])
+        return "plain Python (compiling it with mypyc failed)"
+    bridge_process.COMPILED = into
+    check = subprocess.run([sys.executable, "-c", "from bridge.compiled import compiled_modules as c; print(len(c()))"],
+                           env=bridge_process.child_environ({}), capture_output=True, text=True, check=True)
+    from bridge.compiled import MODULES
+
+    if int(check.stdout.strip()) != len(MODULES):
+        bridge_process.COMPILED = None
+        log.error("the compiled core did not load in a child process; the bridge runs it as plain Python")
+        return "plain Python (the compiled modules did not load)"
+    log.info("bridge core compiled with mypyc: %s", built.stdout.strip())
+    return f"compiled with mypyc ({len(MODULES)} modules, `ops/compile_core.py`)"
 
 
 def rewrite_report() -> None:

@@ -53,13 +53,14 @@ def _config(args: argparse.Namespace) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bridge import logs
+    from bridge.compiled import compiled_modules
     from bridge.daemon import build_daemon
     from bridge.daemon.memory import daemon_gc
     from bridge.http import serve
 
     config = _config(args)
     logs.configure(config.log_level.value, json_lines=not args.plain_logs)
-    log.info("starting outbox bridge", extra={"config": config.masked()})
+    log.info("starting outbox bridge", extra={"config": config.masked(), "compiled_core": compiled_modules()})
     daemon = build_daemon(config)
     daemon.install_signal_handlers()
     server = None

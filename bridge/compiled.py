@@ -1,0 +1,30 @@
+"""The bridge's per-event core, which `ops/compile_core.py` compiles with mypyc, and which of it this process runs
+compiled.
+
+These modules run once or more for every event: building the record (`records`), the poison gate around it
+(`daemon.poison`), and the tracker that moves the watermark (`watermark`, `holes`, `refusals`). Compiled, the
+bridge drained a backlog about a quarter faster on the benchmark machine (`docs/BENCHMARKS.md`, B1). A checkout
+or a plain `pip install` runs them as Python; `ops/compile_core.py` builds the compiled copy, and the unit tests
+run against it too (`make test`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.machinery import EXTENSION_SUFFIXES
+from typing import Final
+
+MODULES: Final = (
+    "bridge.core.records",
+    "bridge.core.watermark",
+    "bridge.core.holes",
+    "bridge.core.refusals",
+    "bridge.daemon.poison",
+)
+
+
+def compiled_modules() -> list[str]:
+    """Which of `MODULES` this process imported as compiled extension modules."""
+    return [
+        name for name in MODULES if str(importlib.import_module(name).__file__).endswith(tuple(EXTENSION_SUFFIXES))
+    ]
