@@ -48,7 +48,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "variants": {},
     }
     one = bridge_vs_ceiling(ctx, "b1-pg-1broker", Target(url, KAFKA1, 1, KEYS), sizes.b1_events_1broker,
-                            sample_rss=True, plain_too=True)
+                            sample_rss=True, plain_too=True, rounds=sizes.b1_rounds)
     ctx.shared["rss_1m"] = (sizes.b1_events_1broker, one.pop("_rss_samples"))
     result["variants"]["1 broker"] = one
     if brokers_up(KAFKA3) != 3:

@@ -17,6 +17,8 @@ class Sizes:
     """How much each benchmark does; `--quick` shrinks everything for a smoke run."""
 
     b1_events_1broker: int
+    #: Rounds of ceiling, bridge, ceiling on one broker; B1 reports the round with the median fraction.
+    b1_rounds: int
     b1_events_3brokers: int
     b1_tuning_events: int
     b1_profile_events: int
@@ -41,6 +43,7 @@ class Sizes:
 
 FULL = Sizes(
     b1_events_1broker=1_000_000,
+    b1_rounds=3,
     b1_events_3brokers=500_000,
     b1_tuning_events=200_000,
     b1_profile_events=250_000,
@@ -62,6 +65,7 @@ FULL = Sizes(
 
 QUICK = Sizes(
     b1_events_1broker=50_000,
+    b1_rounds=1,
     b1_events_3brokers=20_000,
     b1_tuning_events=0,
     b1_profile_events=0,

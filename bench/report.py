@@ -269,6 +269,16 @@ def _b1(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
             f"{_verdict(v.get('meets_target'))} |")
         if v.get("warning"):
             lines.append(f"\nWarning ({label}): {v['warning']}\n")
+    for label, v in b1["variants"].items():
+        rounds = v.get("rounds") if isinstance(v, dict) else None
+        if rounds:
+            lines += ["", f"{label}: {len(rounds)} rounds of the whole sequence; the table shows the round with the "
+                      "median bridge / ceiling. Every round (bridge events/s, ceiling before / after, bridge / ceiling"
+                      "; core as plain Python; read-and-produce):", ""]
+            lines += [f"- round {i}: {_n(r['bridge_events_per_s'])}, {_n(r['ceiling_before_events_per_s'])} / "
+                      f"{_n(r['ceiling_after_events_per_s'])}, **{r['fraction_of_ceiling']:.0%}**; "
+                      f"{_n(r.get('plain_python_events_per_s'))}; {_n(r.get('read_and_produce_events_per_s'))}"
+                      for i, r in enumerate(rounds, 1)]
     core = b1.get("bridge_core")
     if core:
         lines += ["", f"The bridge's per-event core (`bridge.compiled.MODULES`): {core}."]
