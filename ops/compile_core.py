@@ -24,12 +24,13 @@ sys.path.insert(0, str(ROOT))
 
 from bridge.compiled import MODULES  # noqa: E402
 
-# mypy's settings for the build: the project's own (strict) checks run in `make lint`; here only what mypyc needs.
+#: The file that marks a directory as a compiled copy this script made (and may replace).
 _MARKER = ".compiled-core"
 #: What a compiled copy holds: the packages, the tests with their settings (pytest's in pyproject.toml) and the
 #: files the unit tests read (compose file, ops, docs).
 _COPIED = ("bridge", "projections", "migrations", "tests", "pyproject.toml", "ops", "docs", "docker-compose.yml",
            "README.md", "Makefile")
+# mypy's settings for the build: the project's own (strict) checks run in `make lint`; here only what mypyc needs.
 _MYPY_INI = "[mypy]\npython_version = 3.11\nignore_missing_imports = True\n"
 _SETUP = (
     "import sys\n"
