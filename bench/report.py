@@ -269,8 +269,19 @@ def _b1(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
             f"{_verdict(v.get('meets_target'))} |")
         if v.get("warning"):
             lines.append(f"\nWarning ({label}): {v['warning']}\n")
+    core = b1.get("bridge_core")
+    if core:
+        lines += ["", f"The bridge's per-event core (`bridge.compiled.MODULES`): {core}."]
     for label, v in b1["variants"].items():
-        rounds = v.get("rounds") if isinstance(v, dict) else None
+        if not isinstance(v, dict):
+            continue
+        plain = v.get("bridge_plain_python")
+        if plain:
+            lines.append(f"The same bridge with that core as plain Python ({label}, right after it): "
+                         f"{_n(plain['events_per_s'])} events/s, {plain['fraction_of_ceiling']:.0%} of the "
+                         f"ceiling; compiled, {_n(v['bridge']['events_per_s'])} "
+                         f"({v['bridge']['events_per_s'] / plain['events_per_s'] - 1:+.0%}).")
+        rounds = v.get("rounds")
         if rounds:
             lines += ["", f"{label}: {len(rounds)} rounds of the whole sequence; the table shows the round with the "
                       "median bridge / ceiling. Every round (bridge events/s, ceiling before / after, bridge / ceiling"
@@ -279,16 +290,6 @@ def _b1(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
                       f"{_n(r['ceiling_after_events_per_s'])}, **{r['fraction_of_ceiling']:.0%}**; "
                       f"{_n(r.get('plain_python_events_per_s'))}; {_n(r.get('read_and_produce_events_per_s'))}"
                       for i, r in enumerate(rounds, 1)]
-    core = b1.get("bridge_core")
-    if core:
-        lines += ["", f"The bridge's per-event core (`bridge.compiled.MODULES`): {core}."]
-        for label, v in b1["variants"].items():
-            plain = v.get("bridge_plain_python") if isinstance(v, dict) else None
-            if plain:
-                lines.append(f"The same bridge with that core as plain Python ({label}, right after it): "
-                             f"{_n(plain['events_per_s'])} events/s, {plain['fraction_of_ceiling']:.0%} of the "
-                             f"ceiling; compiled, {_n(v['bridge']['events_per_s'])} "
-                             f"({v['bridge']['events_per_s'] / plain['events_per_s'] - 1:+.0%}).")
     settings = next((v["ceiling"]["producer_settings"] for v in b1["variants"].values() if "ceiling" in v), {})
     if settings:
         shown = {k: v for k, v in settings.items() if k not in ("bootstrap.servers", "client.id")}

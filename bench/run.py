@@ -104,8 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     core = compile_core(raw_dir / "compiled")
     started = datetime.now(UTC)
     header = {"run_id": run_id, "mode": "quick" if args.quick else "full", "started_at": started.isoformat(),
-              "machine": machine(), "versions": versions(), "settings": settings(), "sizes": ctx.sizes.as_dict(),
-              "bridge_core": core}
+              "machine": machine(), "versions": versions(), "settings": settings(), "sizes": ctx.sizes.as_dict()}
     log.info("run %s (%s): %s", run_id, header["mode"], ", ".join(selected))
     results: dict[str, Any] = {}
     samples: dict[str, Any] = {}

@@ -3,7 +3,7 @@ compiled.
 
 These modules run once or more for every event: building the record (`records`), the poison gate around it
 (`daemon.poison`), and the tracker that moves the watermark (`watermark`, `holes`, `refusals`). Compiled, the
-bridge drained a backlog about a quarter faster on the benchmark machine (`docs/BENCHMARKS.md`, B1). A checkout
+bridge drained a backlog 17 to 24% faster on the benchmark machine (`docs/BENCHMARKS.md`, B1). A checkout
 or a plain `pip install` runs them as Python; `ops/compile_core.py` builds the compiled copy, and the unit tests
 run against it too (`make test`).
 """
