@@ -1,11 +1,11 @@
 """The bridge's per-event core, which `ops/compile_core.py` compiles with mypyc, and which of it this process runs
 compiled.
 
-These modules run once or more for every event: building the record (`records`), the poison gate around it
-(`daemon.poison`), and the tracker that moves the watermark (`watermark`, `holes`, `refusals`). Compiled, the
-bridge drained a backlog 17 to 24% faster on the benchmark machine (`docs/BENCHMARKS.md`, B1). A checkout
-or a plain `pip install` runs them as Python; `ops/compile_core.py` builds the compiled copy, and the unit tests
-run against it too (`make test`).
+These modules run once or more for every event: building the record (`records`, with the JSON check of its payload,
+`json_text`), the poison gate around it (`daemon.poison`), and the tracker that moves the watermark (`watermark`,
+`holes`, `refusals`). Compiled, the bridge drained a backlog 17 to 24% faster on the benchmark machine
+(`docs/BENCHMARKS.md`, B1). A checkout or a plain `pip install` runs them as Python; `ops/compile_core.py` builds
+the compiled copy, and the unit tests run against it too (`make test`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Final
 
 MODULES: Final = (
     "bridge.core.records",
+    "bridge.core.json_text",
     "bridge.core.watermark",
     "bridge.core.holes",
     "bridge.core.refusals",
