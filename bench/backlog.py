@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import bridge_process
-from bench.bridge_process import BridgeProcess, bridge_env
+from bench.bridge_process import BridgeProcess, bridge_env, thread_shares
 from bench.ceiling import run_ceiling
 from bench.context import Context
 from bench.read_produce import run_read_produce
@@ -49,6 +49,8 @@ class DrainResult:
     rate_samples: list[tuple[float, int]] = field(default_factory=list)
     profile: Path | None = None
     profile_seconds: float = 0.0
+    #: Each thread's CPU as a share of one core while records arrived (`bench.bridge_process.thread_shares`).
+    thread_cpu: dict[str, float] = field(default_factory=dict)
 
     @property
     def events_per_s(self) -> float:
@@ -63,6 +65,7 @@ class DrainResult:
             "wall_s": round(self.rate["wall_s"], 2),
             "first_record_after_s": round(self.rate.get("first_record_after_s", 0.0), 2),
             "peak_rss_mb": round(max((r for _, r in self.rss_samples), default=0) / 2**20, 1),
+            "thread_cpu": self.thread_cpu,
         }
 
 
@@ -91,10 +94,13 @@ def drain(ctx: Context, label: str, target: Target, events: int, settings: dict[
         bridge.stop()
         watch.close()
     started = progress.started_at
+    rate = progress.rate()
+    first = started + rate.get("first_record_after_s", 0.0)
     return DrainResult(
         events=events,
-        rate=progress.rate(),
-        rss_samples=bridge.rss.samples if bridge.rss else [],
+        rate=rate,
+        rss_samples=bridge.rss.samples if bridge.rss and sample_rss else [],
+        thread_cpu=thread_shares(bridge.rss.threads, first, first + rate["steady_s"]) if bridge.rss else {},
         rate_samples=[(round(t - started, 2), n) for t, n in progress.samples],
         profile=ctx.raw(f"profiles/{label}.txt") if profile else None,
         profile_seconds=spy_seconds,

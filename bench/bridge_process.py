@@ -95,13 +95,56 @@ def run_measurement(module: str, args: list[str], env: Mapping[str, str], what: 
     return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+#: Clock ticks per second, the unit of a thread's CPU times in /proc.
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each thread of a process (Linux /proc): `main` for the
+    interpreter's main thread, librdkafka's by their own names (`rdk:...`), and any other Python thread (in a
+    draining bridge, the outbox read ahead) summed as `other Python threads`, which share the process's name."""
+    totals: dict[str, float] = {}
+    process_name = ""
+    try:
+        process_name = Path(f"/proc/{pid}/comm").read_text().strip()
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return totals
+    for task in tasks:
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        if task.name == str(pid):
+            name = "main"
+        elif name == process_name:
+            name = "other Python threads"
+        totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / _TICKS
+    return totals
+
+
+def thread_shares(samples: list[tuple[float, dict[str, float]]], start: float, end: float) -> dict[str, float]:
+    """Each thread's CPU over [start, end] (monotonic seconds) as a share of one core, from `thread_cpu` samples:
+    the first sample at or after `start` to the last at or before `end`."""
+    inside = [s for s in samples if start <= s[0] <= end]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return {}
+    (t0, first), (t1, last) = inside[0], inside[-1]
+    return {name: round(max(0.0, cpu - first.get(name, 0.0)) / (t1 - t0), 3) for name, cpu in last.items()
+            if cpu - first.get(name, 0.0) > 0}
+
+
 @dataclass
 class RssSampler:
-    """Samples a process's resident set size every `interval` seconds until stopped."""
+    """Samples a process's resident set size, and its threads' CPU times (`thread_cpu`), every `interval`
+    seconds until stopped."""
 
     pid: int
     interval: float = 0.1
     samples: list[tuple[float, int]] = field(default_factory=list)
+    #: (monotonic seconds, `thread_cpu`) pairs.
+    threads: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -116,6 +159,7 @@ class RssSampler:
         while not self._stop.is_set():
             try:
                 self.samples.append((time.monotonic() - started, process.memory_info().rss))
+                self.threads.append((time.monotonic(), thread_cpu(self.pid)))
             except psutil.Error:
                 return
             self._stop.wait(self.interval)
@@ -131,7 +175,7 @@ class RssSampler:
 
 
 class BridgeProcess:
-    """One `outbox-bridge run` subprocess, its log file, and optionally its RSS sampler."""
+    """One `outbox-bridge run` subprocess, its log file, and its RSS and thread CPU sampler."""
 
     def __init__(self, env: Mapping[str, str], log_path: Path, sample_rss: bool = False) -> None:
         self.env = dict(env)
@@ -147,8 +191,7 @@ class BridgeProcess:
             self.started_at = time.monotonic()
             self.process = subprocess.Popen([str(BRIDGE_EXE), "run"], env=child_environ(self.env), cwd=ROOT,
                                             stdout=log_file, stderr=subprocess.STDOUT)
-        if self.sample_rss:
-            self.rss = RssSampler(self.process.pid).start()
+        self.rss = RssSampler(self.process.pid).start()
         return self
 
     @property
