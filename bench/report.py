@@ -285,11 +285,11 @@ def _b1(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
         if threads:
             shown = sorted(threads.items(), key=lambda item: -item[1])
             python_share = threads.get("main", 0.0) + threads.get("other Python threads", 0.0)
-            lines.append(
-                f"The bridge's CPU by thread ({label}, while records arrived; share of one core): "
+            lines += [
+                "", f"The bridge's CPU by thread ({label}, while records arrived; share of one core): "
                 + ", ".join(f"{name} {share:.0%}" for name, share in shown if share >= 0.005)
                 + f". The main thread and the other Python threads (the outbox read ahead) take turns on the "
-                f"interpreter's lock: together {python_share:.0%} of one core.")
+                f"interpreter's lock: together {python_share:.0%} of one core."]
         rounds = v.get("rounds")
         if rounds:
             lines += ["", f"{label}: {len(rounds)} rounds of the whole sequence; the table shows the round with the "
