@@ -77,7 +77,7 @@ def drain(ctx: Context, label: str, target: Target, events: int, settings: dict[
     env = bridge_env(target.db_url, target.bootstrap, f"bench-{label}", template, target.replication,
                      **(settings or {}))
     watch = TopicWatch(target.bootstrap, ctx.scratch.topic(f"{label}.{AGGREGATE_TYPE}"))
-    bridge = BridgeProcess(env, ctx.raw(f"logs/bridge-{label}.log"), sample_rss=sample_rss).start()
+    bridge = BridgeProcess(env, ctx.raw(f"logs/bridge-{label}.log"), sample=True).start()
     if profile:
         time.sleep(1.5)  # skip interpreter start-up and imports
     spy = _start_profiler(bridge.pid, ctx.raw(f"profiles/{label}.txt")) if profile else None
@@ -99,8 +99,8 @@ def drain(ctx: Context, label: str, target: Target, events: int, settings: dict[
     return DrainResult(
         events=events,
         rate=rate,
-        rss_samples=bridge.rss.samples if bridge.rss and sample_rss else [],
-        thread_cpu=thread_shares(bridge.rss.threads, first, first + rate["steady_s"]) if bridge.rss else {},
+        rss_samples=bridge.sampler.samples if bridge.sampler and sample_rss else [],
+        thread_cpu=thread_shares(bridge.sampler.threads, first, first + rate["steady_s"]) if bridge.sampler else {},
         rate_samples=[(round(t - started, 2), n) for t, n in progress.samples],
         profile=ctx.raw(f"profiles/{label}.txt") if profile else None,
         profile_seconds=spy_seconds,

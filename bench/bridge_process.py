@@ -128,7 +128,7 @@ def thread_shares(samples: list[tuple[float, dict[str, float]]], start: float, e
     """Each thread's CPU over [start, end] (monotonic seconds) as a share of one core, from `thread_cpu` samples:
     the first sample at or after `start` to the last at or before `end`."""
     inside = [s for s in samples if start <= s[0] <= end]
-    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+    if len(inside) < 2:
         return {}
     (t0, first), (t1, last) = inside[0], inside[-1]
     return {name: round(max(0.0, cpu - first.get(name, 0.0)) / (t1 - t0), 3) for name, cpu in last.items()
@@ -136,7 +136,7 @@ def thread_shares(samples: list[tuple[float, dict[str, float]]], start: float, e
 
 
 @dataclass
-class RssSampler:
+class ProcessSampler:
     """Samples a process's resident set size, and its threads' CPU times (`thread_cpu`), every `interval`
     seconds until stopped."""
 
@@ -148,8 +148,8 @@ class RssSampler:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
-    def start(self) -> RssSampler:
-        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+    def start(self) -> ProcessSampler:
+        self._thread = threading.Thread(target=self._run, name="process-sampler", daemon=True)
         self._thread.start()
         return self
 
@@ -175,14 +175,14 @@ class RssSampler:
 
 
 class BridgeProcess:
-    """One `outbox-bridge run` subprocess, its log file, and its RSS and thread CPU sampler."""
+    """One `outbox-bridge run` subprocess, its log file, and with `sample` its RSS and thread CPU sampler."""
 
-    def __init__(self, env: Mapping[str, str], log_path: Path, sample_rss: bool = False) -> None:
+    def __init__(self, env: Mapping[str, str], log_path: Path, sample: bool = False) -> None:
         self.env = dict(env)
         self.log_path = log_path
-        self.sample_rss = sample_rss
+        self.sample = sample
         self.process: subprocess.Popen[bytes] | None = None
-        self.rss: RssSampler | None = None
+        self.sampler: ProcessSampler | None = None
         self.started_at = 0.0
 
     def start(self) -> BridgeProcess:
@@ -191,7 +191,8 @@ class BridgeProcess:
             self.started_at = time.monotonic()
             self.process = subprocess.Popen([str(BRIDGE_EXE), "run"], env=child_environ(self.env), cwd=ROOT,
                                             stdout=log_file, stderr=subprocess.STDOUT)
-        self.rss = RssSampler(self.process.pid).start()
+        if self.sample:
+            self.sampler = ProcessSampler(self.process.pid).start()
         return self
 
     @property
@@ -212,8 +213,8 @@ class BridgeProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
-        if self.rss is not None:
-            self.rss.stop()
+        if self.sampler is not None:
+            self.sampler.stop()
         return int(self.process.returncode)
 
     def kill(self) -> None:
@@ -221,8 +222,8 @@ class BridgeProcess:
         assert self.process is not None
         self.process.kill()
         self.process.wait(10)
-        if self.rss is not None:
-            self.rss.stop()
+        if self.sampler is not None:
+            self.sampler.stop()
 
     def wait_leading(self, after_epoch: int = 0, timeout: float = 60) -> int:
         """Wait until this bridge holds the lease (an epoch above `after_epoch`); return the epoch."""
