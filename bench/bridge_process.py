@@ -101,8 +101,8 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 def thread_cpu(pid: int) -> dict[str, float]:
     """CPU seconds (user + system) used so far by each thread of a process (Linux /proc): `main` for the
-    interpreter's main thread, librdkafka's by their own names (`rdk:...`), and any other Python thread (in a
-    draining bridge, the outbox read ahead) summed as `other Python threads`, which share the process's name."""
+    interpreter's main thread, librdkafka's by their own names (`rdk:...`), and any other Python thread summed as
+    `other Python threads`, which share the process's name."""
     totals: dict[str, float] = {}
     process_name = ""
     try:

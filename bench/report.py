@@ -288,8 +288,9 @@ def _b1(bench: dict[str, Any], images: dict[str, Path], base: Path) -> str:
             lines += [
                 "", f"The bridge's CPU by thread ({label}, while records arrived; share of one core): "
                 + ", ".join(f"{name} {share:.0%}" for name, share in shown if share >= 0.005)
-                + f". The main thread and the other Python threads (the outbox read ahead) take turns on the "
-                f"interpreter's lock: together {python_share:.0%} of one core."]
+                + (f". The main thread and the other Python threads take turns on the interpreter's lock: "
+                   f"together {python_share:.0%} of one core." if "other Python threads" in threads else
+                   ". The bridge runs its Python in the main thread alone.")]
         rounds = v.get("rounds")
         if rounds:
             lines += ["", f"{label}: {len(rounds)} rounds of the whole sequence; the table shows the round with the "

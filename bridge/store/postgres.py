@@ -9,19 +9,18 @@ it never would), and between reads the connection holds no snapshot back from VA
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import logging
 import operator
 import select as io_select
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from sqlalchemy import BigInteger, ColumnElement, Select, Text, bindparam, cast, func, select, text, true
+from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -90,21 +89,69 @@ def _visible_query() -> Select[Any]:
 _VISIBLE: Final = _visible_query()
 
 
+class ReadAhead:
+    """The visible-rows statement sent ahead on the reads' connection, in psycopg's pipeline mode: the server
+    runs it while the caller sends the batch it has, and its answer waits in the socket until `take`.
+
+    The same statement as `PostgresSession.snapshot_rows` and, like it, one snapshot. Until it is taken or
+    thrown away nothing else may use the connection. psycopg's errors come unwrapped from here: the reader
+    drops the connection and reads again the usual way, which reports any failure as the store's."""
+
+    __slots__ = ("_cursor", "_pipeline", "after", "limit")
+
+    def __init__(self, conn: Connection, after: int, limit: int) -> None:
+        self.after = after
+        self.limit = limit
+        driver: Any = conn.connection.driver_connection
+        self._pipeline = driver.pipeline()
+        self._pipeline.__enter__()
+        try:
+            self._cursor = driver.cursor()
+            self._cursor.execute(_VISIBLE_SQL, {"after": after, "limit": limit})
+        except BaseException:
+            self._end()
+            raise
+
+    def take(self) -> list[tuple[Any, ...]]:
+        """The answer: waits for what has not arrived yet, the interpreter's lock released meanwhile."""
+        try:
+            result: list[tuple[Any, ...]] = self._cursor.fetchall()
+        finally:
+            self._end()
+        return result
+
+    def discard(self) -> None:
+        """Leave pipeline mode: psycopg reads the answer (waiting for it) and throws it away."""
+        self._end()
+
+    def _end(self) -> None:
+        self._pipeline.__exit__(None, None, None)
+
+
+#: `_VISIBLE` as SQLAlchemy compiles it for psycopg, for the reads sent ahead outside SQLAlchemy.
+_VISIBLE_SQL: Final = str(_VISIBLE.compile(dialect=psycopg_dialect()))  # type: ignore[no-untyped-call]
+
+
 class PostgresSession:
-    """One read's connection, as the two statements the horizon read needs."""
+    """One read's connection, as the two statements the horizon read needs; `taken` is the answer of a read
+    ahead for this read, when there was one."""
 
-    __slots__ = ("conn",)
+    __slots__ = ("conn", "taken")
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, taken: list[tuple[Any, ...]] | None = None) -> None:
         self.conn = conn
+        self.taken = taken
 
     def snapshot_rows(self, after: int, limit: int) -> tuple[int, int, tuple[OutboxRow, ...]]:
         """`pg_snapshot_xmin`, `pg_snapshot_xmax` and up to `limit` rows above `after`, from one snapshot."""
-        cursor_result = self.conn.execute(_VISIBLE, {"after": after, "limit": limit})
-        # The driver's own tuples: SQLAlchemy's row objects and result processors cost more than the rest
-        # of the read, per event. The bridge's sessions run in UTC, so timestamps arrive as UTC already.
-        result = cursor_result.cursor.fetchall()
-        cursor_result.close()
+        result: Sequence[Any] | None
+        result, self.taken = self.taken, None
+        if result is None:
+            cursor_result = self.conn.execute(_VISIBLE, {"after": after, "limit": limit})
+            # The driver's own tuples: SQLAlchemy's row objects and result processors cost more than the rest
+            # of the read, per event. The bridge's sessions run in UTC, so timestamps arrive as UTC already.
+            result = cursor_result.cursor.fetchall()
+            cursor_result.close()
         # Positional: after the two horizon columns come ROW_COLUMNS, in OutboxRow's field order.
         rows = tuple(OutboxRow(*row[2:]) for row in result if row[2] is not None)
         seqs = [row.seq for row in rows]
@@ -193,12 +240,13 @@ class PostgresReader(SqlReader[PostgresSession]):
         super().__init__(engine, self._read_session, read_visible)
         self._listen: Any = None
         self._reads: Connection | None = None
-        #: The read started after a full batch, on its own thread, for the `after` and `limit` the caller will
-        #: most likely ask next: the server runs it (and the driver waits for it, the GIL released) while the
-        #: caller sends the batch it has.
-        self._ahead: tuple[int, int, Future[VisibleRows]] | None = None
-        self._ahead_thread: ThreadPoolExecutor | None = None
-        #: Reads ahead taken as they were, and thrown away (the caller asked for another `after` or `limit`).
+        #: The read sent after a full batch for the `after` and `limit` the caller will most likely ask next: the
+        #: server runs it while the caller sends the batch it has.
+        self._ahead: ReadAhead | None = None
+        #: The answer of the read ahead taken for the read under way, for its session.
+        self._taken: list[tuple[Any, ...]] | None = None
+        #: Reads ahead taken as they were, and thrown away (the caller asked for another `after` or `limit`, or
+        #: the read failed and was done again).
         self.reads_ahead = {"taken": 0, "discarded": 0}
 
     @contextmanager
@@ -210,7 +258,7 @@ class PostgresReader(SqlReader[PostgresSession]):
         if self._reads is None:
             self._reads = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
-            yield PostgresSession(self._reads)
+            yield PostgresSession(self._reads, self._taken)
         except BaseException:
             self._drop_reads()
             raise
@@ -246,7 +294,6 @@ class PostgresReader(SqlReader[PostgresSession]):
         # A busy bridge seldom waits, and notifications left unread fill the connection's buffers until the
         # listening backend blocks, and with it the server's notify queue, which every writer's NOTIFY uses.
         self._discard_notifies()
-        self._wait_ahead()  # the read ahead's thread leaves the kept connection before anything looks at it
         reused = self._reads is not None
         try:
             batch = super().poll(after, limit)
@@ -260,12 +307,12 @@ class PostgresReader(SqlReader[PostgresSession]):
             log.info("the outbox read connection was lost between reads; reading again on a new one",
                      extra={"error": str(exc)})
             batch = super().poll(after, limit)
-        if len(batch.rows) == limit:
+        if len(batch.rows) == limit and self._reads is not None:
             # A backlog: the caller will most likely send these rows and ask for the next `limit` after them.
-            if self._ahead_thread is None:
-                self._ahead_thread = ThreadPoolExecutor(1, thread_name_prefix="outbox-read-ahead")
-            following = batch.rows[-1].seq
-            self._ahead = (following, limit, self._ahead_thread.submit(SqlReader._fetch, self, following, limit))
+            try:
+                self._ahead = ReadAhead(self._reads, batch.rows[-1].seq, limit)
+            except Exception as exc:  # noqa: BLE001 - the next read connects again, and reports any failure
+                self._ahead_failed(exc)
         return batch
 
     def _fetch(self, after: int, limit: int) -> VisibleRows:
@@ -274,20 +321,35 @@ class PostgresReader(SqlReader[PostgresSession]):
         # failed) changes nothing, and the one taken is as if read now, from a snapshot taken after the last.
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            ahead_after, ahead_limit, future = ahead
-            if (ahead_after, ahead_limit) == (after, limit) and future.exception() is None:
-                self.reads_ahead["taken"] += 1
-                return future.result()
-            self.reads_ahead["discarded"] += 1
-        return super()._fetch(after, limit)
+            try:
+                if (ahead.after, ahead.limit) == (after, limit):
+                    self._taken = ahead.take()
+                    self.reads_ahead["taken"] += 1
+                else:
+                    ahead.discard()
+                    self.reads_ahead["discarded"] += 1
+            except Exception as exc:  # noqa: BLE001 - read again below, on a new connection
+                self.reads_ahead["discarded"] += 1
+                self._ahead_failed(exc)
+        try:
+            return super()._fetch(after, limit)
+        finally:
+            self._taken = None
 
-    def _wait_ahead(self) -> None:
-        if self._ahead is not None:
-            concurrent.futures.wait([self._ahead[2]])
+    def _ahead_failed(self, exc: Exception) -> None:
+        log.info("a read ahead failed; the outbox is read again on a new connection", extra={"error": str(exc)})
+        if self._reads is not None:
+            with contextlib.suppress(Exception):  # already broken
+                self._reads.invalidate()
+        self._drop_reads()
 
     def _drop_ahead(self) -> None:
-        self._wait_ahead()
-        self._ahead = None
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            try:
+                ahead.discard()
+            except Exception as exc:  # noqa: BLE001 - the next read connects again
+                self._ahead_failed(exc)
 
     def forget_holes(self) -> None:
         # The caller restarts lower down: the read ahead answers nothing it will ask.
@@ -341,10 +403,7 @@ class PostgresReader(SqlReader[PostgresSession]):
 
     def close(self) -> None:
         self._drop_ahead()
-        if self._ahead_thread is not None:
-            self._ahead_thread.shutdown()
-            self._ahead_thread = None
-            log.debug("reads ahead", extra=dict(self.reads_ahead))
+        log.debug("reads ahead", extra=dict(self.reads_ahead))
         self._drop_listener()
         self._drop_reads()
         super().close()

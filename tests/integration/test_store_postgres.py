@@ -14,7 +14,7 @@ from bridge import migrate
 from bridge.core.holes import SeqRange
 from bridge.schema import NOTIFY_CHANNEL
 from bridge.store import Batch, postgres
-from tests.faultproxy import FaultProxy
+from tests.faultproxy import Cut, FaultProxy, Moment
 from tests.support import Tail
 
 pytestmark = pytest.mark.integration
@@ -291,7 +291,7 @@ def test_a_read_connection_lost_between_reads_is_replaced_within_the_next_read(
 def test_after_a_full_batch_the_next_read_is_already_under_way_and_any_other_read_ignores_it(
     engine: Engine, postgres_url: str
 ) -> None:
-    """In a backlog the reader reads the next batch on its own thread while the caller sends the one it has; a
+    """In a backlog the reader sends the read of the next batch before the caller sends the one it has; a
     caller that asks for anything else (it sent fewer rows, it rewinds) gets a read of its own, and the read
     ahead changes nothing."""
     from bridge.store.engine import make_engine, make_reader
@@ -314,3 +314,35 @@ def test_after_a_full_batch_the_next_read_is_already_under_way_and_any_other_rea
         assert reader.reads_ahead == {"taken": 2, "discarded": 1}, "caught up: nothing is read ahead"
     finally:
         reader.close()
+
+
+def test_a_read_ahead_whose_connection_is_cut_is_read_again_on_a_new_connection(
+    engine: Engine, postgres_url: str
+) -> None:
+    """The read sent ahead waits in the connection until it is taken; when the connection is cut while its
+    rows come in, the reader reads the same rows again on a new connection, and the read ahead counts as
+    thrown away: the caller gets the same batch, and sees no error."""
+    from bridge.store.engine import make_engine, make_reader
+    from bridge.store.postgres import PostgresReader
+
+    with engine.begin() as conn:
+        seqs = [insert(conn, f"ahead-cut-{i}") for i in range(25)]
+    server = make_url(postgres_url)
+    # The first result of three rows or more is the first read's, the second the read ahead's.
+    cut = Cut(Moment.MID_RESULT, every=2, times=1, after_rows=2)
+    with FaultProxy((server.host or "127.0.0.1", server.port or 5432), cut) as proxy:
+        reading = make_engine(proxy.url_for(postgres_url))
+        reader = make_reader(reading)
+        assert isinstance(reader, PostgresReader)
+        try:
+            assert [r.seq for r in reader.poll(0, 10).rows] == seqs[:10]
+            connections = proxy.connections
+            assert [r.seq for r in reader.poll(seqs[9], 10).rows] == seqs[10:20]
+            assert proxy.cuts[Moment.MID_RESULT] == 1, "the read ahead's rows were cut"
+            assert reader.reads_ahead == {"taken": 0, "discarded": 1}
+            assert proxy.connections == connections + 1, "read again on a new connection"
+            assert [r.seq for r in reader.poll(seqs[19], 10).rows] == seqs[20:25]
+            assert reader.reads_ahead == {"taken": 1, "discarded": 1}, "the next read ahead, on the new connection"
+        finally:
+            reader.close()
+            reading.dispose()
