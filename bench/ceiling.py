@@ -24,6 +24,7 @@ def measure(topic: str, count: int, keys: int, prefix: str) -> dict[str, Any]:
     from bench.workload import Workload, now_iso
     from bridge.config import load_config
     from bridge.kafka.producer_settings import producer_settings
+    from bridge.kafka.publisher import PARTITION_ANY
 
     settings = producer_settings(load_config())
     workload = Workload(prefix=prefix, keys=keys)
@@ -38,7 +39,7 @@ def measure(topic: str, count: int, keys: int, prefix: str) -> dict[str, Any]:
     for i, (key, value, headers) in enumerate(records):
         while True:
             try:
-                produce(topic, value, key, headers=headers, on_delivery=delivered)
+                produce(topic, value, key, PARTITION_ANY, delivered, None, 0, headers)  # as the bridge calls it
                 break
             except BufferError:
                 producer.poll(0.05)

@@ -27,6 +27,7 @@ def measure(topic: str, count: int) -> dict[str, Any]:
     from bridge.core.records import build_record
     from bridge.daemon.memory import daemon_gc
     from bridge.kafka.producer_settings import producer_settings
+    from bridge.kafka.publisher import PARTITION_ANY
     from bridge.store.engine import make_engine
     from bridge.store.postgres import PostgresSession
 
@@ -54,8 +55,8 @@ def measure(topic: str, count: int) -> dict[str, Any]:
                 record = build_record(row, route)
                 while True:
                     try:
-                        produce(record.topic, record.value, record.key, headers=record.headers,
-                                on_delivery=delivered)
+                        produce(record.topic, record.value, record.key, PARTITION_ANY, delivered, None, 0,
+                                record.headers)
                         break
                     except BufferError:
                         poll(0.05)
