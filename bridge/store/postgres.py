@@ -4,7 +4,8 @@ Each read takes the visible rows after the cursor and `pg_current_snapshot()` in
 the horizon describes exactly the snapshot the rows came from. The reads run in autocommit on one
 connection the reader keeps: each statement is its own transaction with its own snapshot, so the horizon
 moves on every read (under REPEATABLE READ every read of a transaction would see the same snapshot and
-it never would), and between reads the connection holds no snapshot back from VACUUM.
+it never would), and between reads the connection holds no snapshot back from VACUUM (in a backlog, a read sent
+ahead holds its own until the bridge takes it, a few milliseconds later; see `ReadAhead`).
 """
 
 from __future__ import annotations
