@@ -3,7 +3,7 @@ compiled.
 
 These modules run once or more for every event: building the record (`records`, with the JSON check of its payload,
 `json_text`), the poison gate around it (`daemon.poison`), and the tracker that moves the watermark (`watermark`,
-`holes`, `refusals`). Compiled, the bridge drained a backlog 16 to 24% faster in most rounds on the benchmark
+`holes`, `refusals`). Compiled, the bridge drained a backlog 5 to 24% faster in most rounds on the benchmark
 machine (`docs/BENCHMARKS.md`, B1). A checkout or a plain `pip install` runs them as Python; `ops/compile_core.py`
 builds the compiled copy, and the unit tests run against it too (`make test`).
 """
