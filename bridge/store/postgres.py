@@ -320,18 +320,18 @@ class PostgresReader(SqlReader[PostgresSession]):
         # Only a read ahead of exactly this `after` and `limit` answers it; any other is thrown away unseen. No
         # read touches the hole rule until it is taken here, in the caller's order, so one thrown away (or
         # failed) changes nothing, and the one taken is as if read now, from a snapshot taken after the last.
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
+        ahead = self._ahead
+        if ahead is not None and (ahead.after, ahead.limit) == (after, limit):
+            self._ahead = None
             try:
-                if (ahead.after, ahead.limit) == (after, limit):
-                    self._taken = ahead.take()
-                    self.reads_ahead["taken"] += 1
-                else:
-                    ahead.discard()
-                    self.reads_ahead["discarded"] += 1
+                self._taken = ahead.take()
+                self.reads_ahead["taken"] += 1
             except Exception as exc:  # noqa: BLE001 - read again below, on a new connection
                 self.reads_ahead["discarded"] += 1
                 self._ahead_failed(exc)
+        elif ahead is not None:
+            self.reads_ahead["discarded"] += 1
+            self._drop_ahead()
         try:
             return super()._fetch(after, limit)
         finally:
