@@ -7,9 +7,6 @@ a rewind while the daemon does not answer.
 
 from __future__ import annotations
 
-import getpass
-import json
-import socket
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,15 +14,17 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from sqlalchemy import and_, func, insert, select, update
+from sqlalchemy import and_, func, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from bridge.config import BridgeConfig
 from bridge.core.records import OutboxRow
 from bridge.errors import OutboxError, RefusedError
 from bridge.schema import bridge_offsets, bridge_replay_audit, domain_events
+from bridge.store.audit import audit
+from bridge.store.deletable import hold_offsets
 from bridge.store.engine import make_engine
-from bridge.store.offsets import OffsetStore, hold_offsets
+from bridge.store.offsets import OffsetStore
 from bridge.store.rows import ROW_COLUMNS
 
 console = Console(stderr=True)
@@ -41,10 +40,8 @@ class ReplayRequest:
     topic: str | None
     reason: str | None
     dry_run: bool
-
-
-def requester() -> str:
-    return f"{getpass.getuser()}@{socket.gethostname()}"
+    #: Range mode: only these seqs (`outbox-bridge dead-letters republish`).
+    seqs: tuple[int, ...] = ()
 
 
 def _filters(request: ReplayRequest, upper: int) -> Any:
@@ -53,6 +50,8 @@ def _filters(request: ReplayRequest, upper: int) -> Any:
         conditions.append(domain_events.c.aggregate_type == request.aggregate_type)
     if request.event_type:
         conditions.append(domain_events.c.event_type == request.event_type)
+    if request.seqs:
+        conditions.append(domain_events.c.seq.in_(request.seqs))
     return and_(*conditions)
 
 
@@ -114,18 +113,8 @@ def _audit_in(conn: Connection, config: BridgeConfig, request: ReplayRequest, st
     """Insert the audit row in `conn`'s transaction; return its id."""
     filters = {k: v for k, v in {"aggregate_type": request.aggregate_type, "event_type": request.event_type,
                                  "topic": request.topic}.items() if v}
-    now = datetime.now(UTC)
-    result = conn.execute(
-        insert(bridge_replay_audit).values(
-            bridge_name=config.bridge_name, mode=request.mode, from_seq=request.from_seq, to_seq=upper,
-            filters_json=json.dumps(filters) if filters else None, requested_by=requester(),
-            reason=request.reason, requested_at=now, status=status,
-            applied_at=now if status in ("applied", "done") else None,
-        )
-    )
-    key = result.inserted_primary_key
-    assert key is not None
-    return int(key[0])
+    return audit(conn, config.bridge_name, request.mode, request.from_seq, upper, status=status,
+                 reason=request.reason, filters=filters)
 
 
 def rewind(config: BridgeConfig, request: ReplayRequest, wait_s: float = 60.0) -> dict[str, Any]:
@@ -183,10 +172,13 @@ def _request_rewind(engine: Engine, config: BridgeConfig, request: ReplayRequest
 
 def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: bool = True) -> dict[str, Any]:
     """Publish a seq range to its topics (or one named topic) without touching the live watermark."""
-    from bridge.core.records import build_record
+    from bridge.core.records import DEFAULT_MAX_MESSAGE_BYTES, build_record
+    from bridge.daemon.poison import producer_limit
+    from bridge.errors import PoisonEventError
     from bridge.kafka.access import check_connection
     from bridge.kafka.producer_settings import producer_settings
     from bridge.kafka.publisher import KafkaPublisher
+    from bridge.kafka.topics import TopicGuard, TopicPolicy
 
     plan = plan_replay(config, request)
     check_connection(config.kafka.client_conf())  # refused credentials or certificate: one clear error, now
@@ -204,6 +196,14 @@ def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: b
     def route(aggregate_type: str) -> str:
         return request.topic or config.topic_for(aggregate_type)
 
+    # Each record is checked against its topic's own limit, as the daemon does, so an event its topic now
+    # takes (a dead letter after max.message.bytes was raised) is sent whole, and one it refuses is named.
+    guard = TopicGuard(config.kafka.client_conf(), TopicPolicy(config.topic_partitions, config.replication_factor,
+                                                              config.allow_single_broker))
+    most = producer_limit(config.producer_extra)
+    limits = {topic: min(guard.check(topic).max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES, most)
+              for topic in plan["topics"]}
+
     publisher = KafkaPublisher(producer_settings(config.producer, client_id=f"outbox-replay-{config.bridge_name}").conf,
                                on_delivery)
     try:
@@ -218,7 +218,12 @@ def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: b
                 if not batch:
                     break
                 for row in batch:
-                    publisher.send(build_record(row, route), 0)
+                    try:
+                        record = build_record(row, route, _limit_for(row.aggregate_type, route, limits, most))
+                    except PoisonEventError as exc:
+                        failures.append(f"seq {row.seq}: {exc.reason}")
+                        continue
+                    publisher.send(record, 0)
                     publisher.poll(0)
                 after = batch[-1].seq
                 progress.update(task, advance=len(batch))
@@ -234,6 +239,13 @@ def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: b
         # Everything was flushed above (or the command failed): finish the producer and its threads now.
         publisher.close(0)
         engine.dispose()
+
+
+def _limit_for(aggregate_type: str, route: Any, limits: dict[str, int], most: int) -> int:
+    try:
+        return limits.get(route(aggregate_type), most)
+    except ValueError:  # unroutable: build_record says so
+        return most
 
 
 def _progress(enabled: bool) -> Progress:

@@ -9,11 +9,16 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 
 from bridge.config import BridgeConfig
 from bridge.kafka.access import check_connection
 from bridge.kafka.topics import TopicGuard, TopicPolicy
+from bridge.store import dead_letters
+from bridge.store.deletable import deletable, deleted_above
 from bridge.store.engine import make_engine, make_reader
+from bridge.store.failures import store_error
 from bridge.store.offsets import OffsetStore
 
 EXIT_UNSAFE = 4
@@ -31,6 +36,7 @@ def collect_status(config: BridgeConfig) -> dict[str, Any]:
         now = datetime.now(UTC)
         lease_active = bool(row and row.owner and row.lease_expires_at and row.lease_expires_at > now)
         reported = row.status if row else {}
+        kept = _kept(engine, config.bridge_name, watermark, now)
         return {
             "bridge_name": config.bridge_name,
             "watermark": watermark,
@@ -47,9 +53,30 @@ def collect_status(config: BridgeConfig) -> dict[str, Any]:
             "holes_settled": reported.get("holes_settled"),
             "last_error": reported.get("last_error"),
             "halted_at_seq": reported.get("halted_at_seq"),
+            "retired_at": row.retired_at.isoformat(timespec="seconds") if row and row.retired_at else None,
+            **kept,
         }
     finally:
         engine.dispose()
+
+
+def _kept(engine: Engine, name: str, watermark: int, now: datetime) -> dict[str, Any]:
+    """What the outbox keeps for whom: open dead letters, the name holding retention back, and rows this name
+    needed that cleanup deleted (it then refuses to lead)."""
+    try:
+        with engine.connect() as conn:
+            letters = dead_letters.open_summary(conn, name)
+            limit = deletable(conn, name)
+            gone = deleted_above(conn, watermark)
+    except DBAPIError as exc:
+        raise store_error(exc, "reading dead letters, retention and deletions") from exc
+    return {
+        "dead_letters_open": letters.count,
+        "oldest_dead_letter_age_s": round((now - letters.oldest_at).total_seconds()) if letters.oldest_at else None,
+        "retention_held_back_by": (
+            {"bridge_name": limit.held_back_by, "up_to_seq": limit.held_back_at} if limit.held_back_by else None),
+        "rows_gone_above_watermark": gone.describe() if gone is not None else None,
+    }
 
 
 def render_status(status: dict[str, Any]) -> None:

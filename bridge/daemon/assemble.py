@@ -84,7 +84,8 @@ def build_daemon(
 
     def retention_pass(period: timedelta) -> dict[str, Any]:
         # The same pass as `outbox-bridge cleanup --older-than`.
-        return cleanup(database, period, dry_run=False, show_progress=False)
+        return cleanup(database, period, dry_run=False, show_progress=False,
+                       deleted_by=f"retention of bridge {database.bridge_name!r}")
 
     return BridgeDaemon(
         config.loop,
@@ -103,4 +104,5 @@ def build_daemon(
         check_kafka=check_kafka,
         # For the refusal messages (principal, bootstrap, CA): no need to hold the password there.
         kafka_conf={k: v for k, v in client_conf.items() if k != "sasl.password"},
+        outbox=database.masked_url,
     )

@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from bridge.metrics import BridgeMetrics
+from bridge.store.dead_letters import DeadLetter
 from bridge.store.offsets import Lease, LeaseStore
 
 log = logging.getLogger("bridge.daemon")
@@ -64,12 +66,14 @@ class Leadership:
     def expired(self) -> bool:
         return not self.may_send()
 
-    def renew(self, watermark: int, status: dict[str, Any], *, allow_lower: bool = False) -> None:
-        """Persist the watermark and renew the lease in one fenced write (FencedError if another instance
-        took over); the deadline counts from before the write was sent."""
+    def renew(self, watermark: int, status: dict[str, Any], *, allow_lower: bool = False,
+              dead_letters: Sequence[DeadLetter] = ()) -> None:
+        """Persist the watermark (and the dead letters it passes) and renew the lease in one fenced write
+        (FencedError if another instance took over); the deadline counts from before the write was sent."""
         assert self.lease is not None, "renew() without the lease"
         started = time.monotonic()
-        self.offsets.persist(self.lease, watermark, self.lease_timeout_s, status, allow_lower=allow_lower)
+        self.offsets.persist(self.lease, watermark, self.lease_timeout_s, status, allow_lower=allow_lower,
+                             dead_letters=dead_letters)
         self._deadline = started + self.lease_timeout_s
         self._metrics.last_persist_timestamp_seconds.set(time.time())
 

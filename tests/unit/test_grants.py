@@ -19,7 +19,8 @@ def test_postgres_writer_gets_insert_and_the_seq_path_and_the_bridge_no_delete_w
     assert "GRANT USAGE ON SEQUENCE public.domain_events_seq_seq TO app" in grants
     assert "GRANT EXECUTE ON FUNCTION public.outbox_next_seq() TO app" in grants
     assert "GRANT SELECT ON TABLE public.domain_events TO relay" in grants
-    assert "GRANT SELECT, INSERT, UPDATE ON TABLE public.bridge_offsets, public.bridge_replay_audit TO relay" in grants
+    assert ("GRANT SELECT, INSERT, UPDATE ON TABLE public.bridge_offsets, public.bridge_replay_audit, "
+            "public.bridge_dead_letters, public.bridge_deletions TO relay") in grants
     assert not [g for g in grants if "DELETE" in g]
     assert len([g for g in grants if g.endswith(" app") or " app," in g]) == 4, "INSERT, the seq path, the schema"
 

@@ -52,6 +52,8 @@ REQUIRED_ALERTS = {
     "OutboxPublishErrors",
     "OutboxInstanceDown",
     "OutboxNoLeader",
+    "OutboxDeadLettersOpen",
+    "OutboxRetentionHeldBack",
     "ProjectionLagHigh",
     "ProjectionFailedBatches",
 }
