@@ -9,14 +9,23 @@ import sys
 from typing import Any
 
 
-def options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="FILE", help="TOML configuration file (also OUTBOX_CONFIG_FILE)")
-    parser.add_argument("--db-url", dest="db_url", help="SQLAlchemy URL of the outbox database (OUTBOX_DB_URL)")
+def options(parser: argparse.ArgumentParser, *, json_output: bool = False, nested: bool = False) -> None:
+    """The options every command takes (and `--json`). `nested`: for the actions of a command that has them,
+    so the options work after the action too without undoing what was given before it."""
+    default: dict[str, Any] = {"default": argparse.SUPPRESS} if nested else {}
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration file (also OUTBOX_CONFIG_FILE)",
+                        **default)
+    parser.add_argument("--db-url", dest="db_url", help="SQLAlchemy URL of the outbox database (OUTBOX_DB_URL)",
+                        **default)
     parser.add_argument("--bootstrap-servers", dest="bootstrap_servers",
-                        help="Kafka bootstrap servers (KAFKA_BOOTSTRAP_SERVERS)")
-    parser.add_argument("--bridge-name", dest="bridge_name", help="bridge name, one watermark each (BRIDGE_NAME)")
+                        help="Kafka bootstrap servers (KAFKA_BOOTSTRAP_SERVERS)", **default)
+    parser.add_argument("--bridge-name", dest="bridge_name", help="bridge name, one watermark each (BRIDGE_NAME)",
+                        **default)
     parser.add_argument("--topic-template", dest="topic_template",
-                        help="topic per aggregate type, e.g. outbox.event.{aggregate_type} (BRIDGE_TOPIC_TEMPLATE)")
+                        help="topic per aggregate type, e.g. outbox.event.{aggregate_type} (BRIDGE_TOPIC_TEMPLATE)",
+                        **default)
+    if json_output:
+        parser.add_argument("--json", action="store_true", help="machine-readable output", **default)
 
 
 def config(args: argparse.Namespace) -> Any:

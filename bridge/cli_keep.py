@@ -86,12 +86,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                     "holds it back; `names` shows which, and `names retire NAME --reason ...` (audited) makes a "
                     "name that is gone for good hold nothing back. A retired name leads again only with "
                     "`run --start-from`.")
-    cli_common.options(names)
-    names.add_argument("--json", action="store_true", help="machine-readable output")
+    cli_common.options(names, json_output=True)
     names.set_defaults(func=cmd_names, names_command="list")
     names_sub = names.add_subparsers(dest="names_command", metavar="ACTION")
-    names_sub.add_parser("list", help="list every name (the default)")
+    cli_common.options(names_sub.add_parser("list", help="list every name (the default)"), json_output=True,
+                       nested=True)
     retire = names_sub.add_parser("retire", help="retire a name: it no longer holds retention back (audited)")
+    cli_common.options(retire, json_output=True, nested=True)
     retire.add_argument("name", help="the bridge name to retire (stop its instances first)")
     retire.add_argument("--reason", required=True, help="why, for the audit log")
     retire.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -104,15 +105,16 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                     "max.message.bytes raised), publish them to their own topics (a range replay, audited). "
                     "resolve SEQ [--to-seq S] --reason ...: close them without publishing (audited). Either way "
                     "retention may then delete the rows.")
-    cli_common.options(letters)
-    letters.add_argument("--json", action="store_true", help="machine-readable output")
+    cli_common.options(letters, json_output=True)
     letters.set_defaults(func=cmd_dead_letters, dead_letters_command="list", all=False)
     letters_sub = letters.add_subparsers(dest="dead_letters_command", metavar="ACTION")
     listing = letters_sub.add_parser("list", help="the open dead letters (the default)")
+    cli_common.options(listing, json_output=True, nested=True)
     listing.add_argument("--all", action="store_true", help="republished and resolved ones too")
     for action, help_text in (("republish", "publish them to their own topics once the cause is fixed"),
                               ("resolve", "close them without publishing, with a reason")):
         parser = letters_sub.add_parser(action, help=help_text)
+        cli_common.options(parser, json_output=True, nested=True)
         parser.add_argument("seq", type=int, help="the (first) seq")
         parser.add_argument("--to-seq", type=int, help="the last seq of a range (default: SEQ alone)")
         parser.add_argument("--reason", required=action == "resolve", help="why, for the audit log")

@@ -49,7 +49,8 @@ def start_point(history: History, lease: Lease, start_from: str | None, requeste
     if start_from is None:
         raise RowsGoneError(f"{problem}. {_fix(history)}")
     start = _watermark_for(history, start_from)
-    accepted = history.deleted.through_seq if history.deleted and history.deleted.through_seq > start else None
+    # Deleted seqs above the old watermark are never published by this name, wherever it starts.
+    accepted = history.deleted.through_seq if history.deleted is not None else None
     reason = f"{problem}; started at seq {start + 1} (--start-from {start_from})"
     if accepted is not None:
         reason += f", accepting that deleted seqs up to {accepted} are never published by this name"

@@ -443,6 +443,31 @@ def test_bad_retention_names_the_setting_and_the_forms(value: str) -> None:
     assert "BRIDGE_RETENTION" in message and "e.g. 90m, 12h, 7d" in message
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "accepted"),
+    [
+        ("BRIDGE_START_FROM", "latest", "earliest (the oldest row still in the outbox) or a seq"),
+        ("BRIDGE_START_FROM", "0", "earliest (the oldest row still in the outbox) or a seq"),
+        ("BRIDGE_DEAD_LETTER_ALERT_AFTER", "0h", "e.g. 1h"),
+        ("BRIDGE_RETENTION_HOLD_ALERT_AFTER", "soon", "e.g. 6h"),
+    ],
+)
+def test_bad_start_and_alert_settings_name_the_setting_the_value_and_the_forms(
+    variable: str, value: str, accepted: str
+) -> None:
+    message = refusal({"OUTBOX_DB_URL": "sqlite:///x.db", variable: value})
+    assert f"{variable}={value!r}" in message and accepted in message
+
+
+def test_start_from_and_alert_thresholds_reach_their_sections() -> None:
+    config = load_config(env={"OUTBOX_DB_URL": "sqlite:///x.db", "BRIDGE_START_FROM": " Earliest ",
+                              "BRIDGE_DEAD_LETTER_ALERT_AFTER": "30m", "BRIDGE_RETENTION": "7d",
+                              "BRIDGE_RETENTION_HOLD_ALERT_AFTER": "1d"})
+    assert config.loop.start_from == "earliest" and config.loop.dead_letter_alert_after_s == 1800
+    assert config.retention_section is not None and config.retention_section.hold_alert_after_s == 86400
+    assert load_config(env={"BRIDGE_START_FROM": "0042"}).start_from == "42"
+
+
 @pytest.mark.parametrize(("persist", "lease"), [("5", "10"), ("6", "10"), ("1", "1")])
 def test_a_persist_interval_of_half_the_lease_timeout_or_more_is_refused(persist: str, lease: str) -> None:
     message = refusal({"BRIDGE_PERSIST_INTERVAL_S": persist, "BRIDGE_LEASE_TIMEOUT_S": lease})

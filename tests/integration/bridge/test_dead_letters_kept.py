@@ -80,7 +80,17 @@ def test_retention_keeps_a_dead_lettered_row_until_it_is_resolved(url, kafka_boo
         assert _seqs_left(url) == [POISON_SEQ], "the dead-lettered row outlives retention"
 
         from bridge.dead_letters import list_dead_letters, resolve
+        from bridge.doctor import BridgeDoctor, Verdict
+        from bridge.status import collect_status
 
+        registry = bridge.daemon.metrics.registry
+        wait_until(lambda: registry.get_sample_value("outbox_dead_letters_open") == 1, 10, "the open dead letter gauge")
+        assert registry.get_sample_value("outbox_dead_letter_oldest_age_seconds") >= 0
+        assert registry.get_sample_value("outbox_dead_letter_alert_after_seconds") == 3600
+        assert collect_status(config)["dead_letters_open"] == 1
+        [check] = [c for c in BridgeDoctor(config).run() if c.name == "dead letters"]
+        assert check.verdict is Verdict.WARNING and check.summary.startswith("1 open")
+        assert "dead-letters republish SEQ" in (check.fix or "")
         [dead] = list_dead_letters(config)
         assert (dead.seq, dead.status, dead.payload_truncated) == (POISON_SEQ, "open", True)
         assert dead.payload_bytes == len(BIG_PAYLOAD) and f"over the {SMALL_LIMIT}-byte limit" in dead.reason
@@ -89,6 +99,9 @@ def test_retention_keeps_a_dead_lettered_row_until_it_is_resolved(url, kafka_boo
         assert resolved["resolved"] == [POISON_SEQ]
         wait_until(lambda: _rows(url) == 0, 30, "the next retention pass to delete the resolved row")
         assert list_dead_letters(config) == []
+        wait_until(lambda: registry.get_sample_value("outbox_dead_letters_open") == 0, 10, "the gauge to drop to 0")
+        [closed] = list_dead_letters(config, every_status=True)
+        assert closed.status == "resolved" and closed.resolution == "cut by hand; order replayed from the ERP"
     finally:
         assert bridge.stop() == 0
 
