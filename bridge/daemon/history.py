@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from bridge.errors import OutboxError
-from bridge.store.offsets import History, Lease, StartAt
+from bridge.store.lease import History, Lease, StartAt
 
 log = logging.getLogger("bridge.daemon")
 

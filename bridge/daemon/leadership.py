@@ -17,7 +17,7 @@ from typing import Any
 
 from bridge.metrics import BridgeMetrics
 from bridge.store.dead_letters import DeadLetter
-from bridge.store.offsets import Lease, LeaseStore
+from bridge.store.lease import Lease, LeaseStore
 
 log = logging.getLogger("bridge.daemon")
 

@@ -52,7 +52,7 @@ from bridge.metrics import BridgeMetrics
 from bridge.store.audit import requester
 from bridge.store.dead_letters import DeadLetter
 from bridge.store.invariants import OutboxDamagedError
-from bridge.store.offsets import Lease, LeaseStore
+from bridge.store.lease import Lease, LeaseStore
 from bridge.store.reader import OutboxReader
 
 log = logging.getLogger("bridge.daemon")

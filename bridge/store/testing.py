@@ -25,7 +25,7 @@ from bridge.core.records import OutboxRow
 from bridge.errors import FencedError
 from bridge.store.dead_letters import DeadLetter, OpenDeadLetters
 from bridge.store.deletable import Deleted
-from bridge.store.offsets import History, Lease, RewindRequest, StartAt
+from bridge.store.lease import History, Lease, RewindRequest, StartAt
 from bridge.store.reader import TailReader, VisibleRows
 
 

@@ -16,7 +16,7 @@ from bridge.daemon import EXIT_OK
 from bridge.daemon.history import EXIT_ROWS_GONE
 from bridge.store.dead_letters import DeadLetter
 from bridge.store.deletable import Deleted
-from bridge.store.offsets import Lease
+from bridge.store.lease import Lease
 from bridge.store.testing import InMemoryLeaseStore, InMemoryOutbox
 from tests.unit.test_daemon_in_memory import CONFIG, _daemon, _script, _seqs
 

@@ -13,7 +13,7 @@ from bridge.daemon import EXIT_OK, BridgeDaemon
 from bridge.errors import FencedError
 from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.store.dead_letters import DeadLetter
-from bridge.store.offsets import Lease
+from bridge.store.lease import Lease
 from bridge.store.testing import InMemoryLeaseStore, InMemoryOutbox
 
 CONFIG = BridgeConfig(allow_single_broker=True, replication_factor=1, persist_interval_s=0.01,
