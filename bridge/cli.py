@@ -21,12 +21,13 @@ import logging
 import sys
 
 from bridge import cli_common, cli_keep
-from bridge.errors import ConfigurationError, DatabaseLoginError, OutboxError
+from bridge.errors import ConfigurationError, DatabaseLoginError, OutboxError, TopicSafetyError
 
 log = logging.getLogger("bridge.cli")
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+EXIT_UNSAFE = 4
 EXIT_REFUSED = 5
 EXIT_DB_LOGIN = 6
 
@@ -112,25 +113,35 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from bridge import replay
+    from bridge import replay, replay_range
 
     config = cli_common.config(args)
     request = replay.ReplayRequest(
         from_seq=args.from_seq, to_seq=args.to_seq, aggregate_type=args.aggregate_type,
         event_type=args.event_type, mode=args.mode, topic=args.topic, reason=args.reason, dry_run=args.dry_run,
+        from_time=replay.parse_time("--from-time", args.from_time) if args.from_time else None,
+        to_time=replay.parse_time("--to-time", args.to_time) if args.to_time else None,
+        aggregate_ids=tuple(args.aggregate_id or ()),
     )
-    plan = replay.plan_replay(config, request)
     if args.dry_run:
+        plan = replay.plan_replay(config, request)
+        if args.mode == "range":
+            plan["topic_verdicts"] = replay_range.check_topics(config, plan["topics"])
         cli_common.report(plan | {"dry_run": True}, args.json, "replay plan (dry run: nothing changed)")
         return 0
+    with replay.audited(config, request):  # a refusal is on record, with why
+        plan = replay.plan_replay(config, request)
+    span = f"seq {plan['from_seq']}..{plan['to_seq']}"
     if args.mode == "rewind":
         cli_common.confirm(f"Rewind bridge {config.bridge_name!r} to re-publish {plan['events']} events from seq "
-                 f"{args.from_seq} (watermark {plan['watermark']})?", args.yes)
-        result = replay.rewind(config, request, wait_s=args.wait)
+                           f"{plan['from_seq']} (watermark {plan['watermark']})?", args.yes)
+        with replay.audited(config, request):
+            result = replay.rewind(config, request, wait_s=args.wait)
     else:
-        cli_common.confirm(f"Publish {plan['events']} events (seq {args.from_seq}..{plan['to_seq']}) to "
-                 f"{', '.join(plan['topics']) or 'no topic'}?", args.yes)
-        result = replay.publish_range(config, request, show_progress=not args.json)
+        cli_common.confirm(f"Publish {plan['events']} events ({span}) to {', '.join(plan['topics']) or 'no topic'}?",
+                           args.yes)
+        with replay.audited(config, request):
+            result = replay_range.publish_range(config, request, show_progress=not args.json)
     cli_common.report(result, args.json, f"replay ({args.mode})")
     return 0
 
@@ -241,20 +252,38 @@ def build_parser() -> argparse.ArgumentParser:
     topics.set_defaults(func=cmd_topics)
 
     replay = sub.add_parser(
-        "replay", help="re-publish events from a seq (rewind the bridge, or publish a range)",
-        description="rewind (default): move the bridge's watermark back to FROM_SEQ-1 so the live bridge "
-                    "re-publishes everything from FROM_SEQ; works while it runs (it picks the request up) or is "
-                    "stopped. range: publish FROM_SEQ..TO_SEQ (optionally filtered) to their topics or --topic, "
-                    "leaving the watermark alone. Every replay is recorded in bridge_replay_audit.")
+        "replay", help="re-publish events from a seq or a time (rewind the bridge, or publish a range)",
+        description="rewind (default): move the bridge's watermark back so the live bridge re-publishes "
+                    "everything from --from-seq (or from the first seq at or after --from-time); works while it "
+                    "runs (it picks the request up) or is stopped. range: publish a range (seqs or a time "
+                    "window, optionally only some aggregate types, event types or aggregate ids) to the events' "
+                    "topics or to --topic, leaving the watermark alone; a missing --topic is created with the "
+                    "bridge's safe settings when allowed, else refused before anything is sent. Every attempt, "
+                    "refused and failed ones included, is recorded in bridge_replay_audit.",
+        epilog="examples:\n"
+               "  outbox-bridge replay --from-time 2026-11-26T14:00:00Z --dry-run      # where would a rewind start?\n"
+               "  outbox-bridge replay --mode range --from-seq 2698 --to-seq 5397 --aggregate-type customer \\\n"
+               "      --topic repair.customers --reason 'feed the repair job' --yes\n"
+               "  outbox-bridge replay --mode range --from-time 2026-11-26T14:00:00Z --aggregate-id order-42 \\\n"
+               "      --reason 'order-42 again for billing' --yes",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     cli_common.options(replay)
-    replay.add_argument("--from-seq", type=int, required=True, help="first seq to publish again")
+    replay.add_argument("--from-seq", type=int, help="first seq to publish again (or --from-time)")
+    replay.add_argument("--from-time", metavar="TIME",
+                        help="start at the first event whose occurred_at is at or after TIME (ISO 8601 with its "
+                        "offset, e.g. 2026-11-26T14:00:00Z, or ts:<epoch ms>); the plan says which seq")
     replay.add_argument("--to-seq", type=int, help="last seq (range mode; default: the watermark)")
+    replay.add_argument("--to-time", metavar="TIME", help="range mode: only events that occurred at or before TIME")
     replay.add_argument("--mode", choices=["rewind", "range"], default="rewind")
     replay.add_argument("--aggregate-type", help="range mode: only this aggregate type")
+    replay.add_argument("--aggregate-id", action="append", metavar="ID",
+                        help="range mode: only this aggregate's events (repeatable)")
     replay.add_argument("--event-type", help="range mode: only this event type")
-    replay.add_argument("--topic", help="range mode: publish to this topic instead of each event's own")
+    replay.add_argument("--topic", help="range mode: publish to this topic instead of each event's own (created "
+                        "with the bridge's safe settings if missing and BRIDGE_ALLOW_CREATE_TOPICS allows)")
     replay.add_argument("--reason", help="why, for the audit log")
-    replay.add_argument("--dry-run", action="store_true", help="print how many events, which topics and seqs")
+    replay.add_argument("--dry-run", action="store_true",
+                        help="print how many events, which seqs and topics, and each topic's verdict; change nothing")
     replay.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     replay.add_argument("--wait", type=float, default=60.0,
                         help="seconds to wait for a running bridge to apply a rewind (default 60)")
@@ -296,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     except KafkaAccessError as exc:
         print(f"outbox-bridge: {exc}", file=sys.stderr)
         return exc.exit_code
+    except TopicSafetyError as exc:
+        print(f"outbox-bridge: unsafe topic: {exc}", file=sys.stderr)
+        return EXIT_UNSAFE
     except ConfigurationError as exc:
         print(f"outbox-bridge: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -83,14 +83,14 @@ def republish(config: BridgeConfig, from_seq: int, to_seq: int, reason: str | No
               show_progress: bool = True) -> dict[str, Any]:
     """Publish the open dead letters from `from_seq` to `to_seq` to their own topics (a range replay of exactly
     those seqs, audited), then mark them republished; a failure leaves them open."""
-    from bridge import replay
+    from bridge import replay, replay_range
 
     letters = _open_in(config, from_seq, to_seq)
     seqs = tuple(d.seq for d in letters)
     request = replay.ReplayRequest(from_seq=seqs[0], to_seq=seqs[-1], aggregate_type=None, event_type=None,
                                    mode="range", topic=None, reason=reason or "republish dead letters",
                                    dry_run=False, seqs=seqs)
-    result = replay.publish_range(config, request, show_progress=show_progress)
+    result = replay_range.publish_range(config, request, show_progress=show_progress)
     closed = _close(config, list(seqs), store.REPUBLISHED, reason or f"republished (audit {result['audit_id']})",
                     reason or "")
     return result | {"republished": closed, "note": "retention and cleanup may now delete these rows"}
