@@ -39,12 +39,19 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="topic per aggregate type, e.g. outbox.event.{aggregate_type} (BRIDGE_TOPIC_TEMPLATE)")
 
 
+def _topic_retention(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topic-retention", dest="topic_retention", metavar="forever|DURATION",
+                        help="how long topics the bridge creates keep records: forever (default: retention.ms=-1, "
+                        "so a projection rebuilt from earliest, or a new consumer, sees every event) or 30d, 2w; "
+                        "an existing topic's retention is never shortened (BRIDGE_TOPIC_RETENTION)")
+
+
 def _config(args: argparse.Namespace) -> Any:
     from bridge.config import load_config
 
     flags = {k: getattr(args, k, None) for k in ("db_url", "bootstrap_servers", "bridge_name", "topic_template",
                                                   "max_in_flight", "metrics_port", "poison_policy",
-                                                  "allow_single_broker", "retention")}
+                                                  "allow_single_broker", "retention", "topic_retention")}
     return load_config(flags=flags, toml_path=args.config)
 
 
@@ -216,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retention", dest="retention", metavar="DURATION",
                      help="delete published rows older than DURATION (90m, 12h, 7d), never above the watermark, "
                      "every BRIDGE_RETENTION_INTERVAL_S; unset keeps every row (BRIDGE_RETENTION)")
+    _topic_retention(run)
     run.add_argument("--plain-logs", action="store_true", help="human-readable logs instead of JSON lines")
     run.set_defaults(func=cmd_run)
 
@@ -265,13 +273,22 @@ def build_parser() -> argparse.ArgumentParser:
                         help="as for run (BRIDGE_ALLOW_SINGLE_BROKER)")
     doctor.add_argument("--retention", dest="retention", metavar="DURATION",
                         help="as for run: also checks the DELETE privilege and overdue rows (BRIDGE_RETENTION)")
+    _topic_retention(doctor)
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.set_defaults(func=cmd_doctor)
 
-    topics = sub.add_parser("topics", help="check or fix the safety settings of the bridge's topics")
+    topics = sub.add_parser(
+        "topics", help="check or fix the safety settings and the history of the bridge's topics",
+        description="check: report each topic's replication, min.insync.replicas, unclean leader election and "
+                    "retention; exit 4 if one is unsafe. A topic that deletes or compacts records is a warning that "
+                    "says how far back its history goes (and, with BRIDGE_RETENTION, that older events are gone "
+                    "everywhere). ensure: create missing topics (every record kept, unless BRIDGE_TOPIC_RETENTION "
+                    "says otherwise), fix what is safe to fix, and lengthen a retention shorter than "
+                    "BRIDGE_TOPIC_RETENTION; it never shortens one.")
     _common(topics)
     topics.add_argument("action", choices=["check", "ensure"],
                         help="check: report and exit 4 if unsafe; ensure: create or fix what is safe to fix")
+    _topic_retention(topics)
     topics.add_argument("--topic", action="append", help="also check this topic (repeatable)")
     topics.add_argument("--json", action="store_true", help="machine-readable output")
     topics.set_defaults(func=cmd_topics)
