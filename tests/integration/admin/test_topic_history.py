@@ -50,7 +50,8 @@ def test_a_topic_the_bridge_creates_keeps_every_record(
         code, reports = topics_report(config, "ensure", capsys)
         assert code == 0 and reports[topic]["exists"]
         configs = topic_configs(kafka_bootstrap, topic)
-        assert (configs["retention.ms"], configs["retention.bytes"], configs["cleanup.policy"]) == ("-1", "-1", "delete")
+        kept = (configs["retention.ms"], configs["retention.bytes"], configs["cleanup.policy"])
+        assert kept == ("-1", "-1", "delete")
         assert reports[topic]["retention_ms"] == -1 and reports[topic]["history"] is None
 
         # The daemon's own creation (TopicGuard.ensure before a topic's first event) keeps every record too.
