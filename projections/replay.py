@@ -85,7 +85,7 @@ class ReplayPlan:
             summary["says"] = (
                 f"the first records of {self.history.describe_cut()} were deleted: "
                 + ("the new table would lack every event before them" if self.builds_from_scratch
-                   else "the live table keeps what they made; only their re-application is skipped")
+                   else "the live table keeps what they made (it is not rebuilt); they are only not applied again")
             )
         return summary
 
