@@ -32,6 +32,13 @@ EXIT_REFUSED = 5
 EXIT_DB_LOGIN = 6
 
 
+def _topic_retention(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topic-retention", dest="topic_retention", metavar="forever|DURATION",
+                        help="how long topics the bridge creates keep records: forever (default: retention.ms=-1, "
+                        "so a projection rebuilt from earliest, or a new consumer, sees every event) or 30d, 2w; "
+                        "an existing topic's retention is never shortened (BRIDGE_TOPIC_RETENTION)")
+
+
 # ------------------------------------------------------------------------------------------- commands
 
 
@@ -191,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where to start when rows this name has not published were deleted, or the name is new "
                      "or retired: earliest (the oldest row still in the outbox) or a seq; audited, and ignored "
                      "once the name leads from its watermark (BRIDGE_START_FROM)")
+    _topic_retention(run)
     run.add_argument("--plain-logs", action="store_true", help="human-readable logs instead of JSON lines")
     run.set_defaults(func=cmd_run)
 
@@ -240,13 +248,22 @@ def build_parser() -> argparse.ArgumentParser:
                         help="as for run (BRIDGE_ALLOW_SINGLE_BROKER)")
     doctor.add_argument("--retention", dest="retention", metavar="DURATION",
                         help="as for run: also checks the DELETE privilege and overdue rows (BRIDGE_RETENTION)")
+    _topic_retention(doctor)
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.set_defaults(func=cmd_doctor)
 
-    topics = sub.add_parser("topics", help="check or fix the safety settings of the bridge's topics")
+    topics = sub.add_parser(
+        "topics", help="check or fix the safety settings and the history of the bridge's topics",
+        description="check: report each topic's replication, min.insync.replicas, unclean leader election and "
+                    "retention; exit 4 if one is unsafe. A topic that deletes or compacts records is a warning that "
+                    "says how far back its history goes (and, with BRIDGE_RETENTION, that older events are gone "
+                    "everywhere). ensure: create missing topics (every record kept, unless BRIDGE_TOPIC_RETENTION "
+                    "says otherwise), fix what is safe to fix, and lengthen a retention shorter than "
+                    "BRIDGE_TOPIC_RETENTION; it never shortens one.")
     cli_common.options(topics)
     topics.add_argument("action", choices=["check", "ensure"],
                         help="check: report and exit 4 if unsafe; ensure: create or fix what is safe to fix")
+    _topic_retention(topics)
     topics.add_argument("--topic", action="append", help="also check this topic (repeatable)")
     topics.add_argument("--json", action="store_true", help="machine-readable output")
     topics.set_defaults(func=cmd_topics)

@@ -33,7 +33,8 @@ def config(args: argparse.Namespace) -> Any:
 
     flags = {k: getattr(args, k, None) for k in ("db_url", "bootstrap_servers", "bridge_name", "topic_template",
                                                   "max_in_flight", "metrics_port", "poison_policy",
-                                                  "allow_single_broker", "retention", "start_from")}
+                                                  "allow_single_broker", "retention", "start_from",
+                                                  "topic_retention")}
     return load_config(flags=flags, toml_path=args.config)
 
 

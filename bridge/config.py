@@ -43,6 +43,7 @@ from bridge.kafka.producer_settings import (
     is_secret_producer_key,
     producer_settings,
 )
+from bridge.kafka.topics import TopicPolicy
 from bridge.layered_settings import LayeredSettings, TomlFile
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType(
         "dlq_topic": "BRIDGE_DLQ_TOPIC",
         "topic_partitions": "BRIDGE_TOPIC_PARTITIONS",
         "replication_factor": "BRIDGE_REPLICATION_FACTOR",
+        "topic_retention": "BRIDGE_TOPIC_RETENTION",
         "allow_create_topics": "BRIDGE_ALLOW_CREATE_TOPICS",
         "allow_single_broker": "BRIDGE_ALLOW_SINGLE_BROKER",
         "metrics_port": "BRIDGE_METRICS_PORT",
@@ -300,6 +302,13 @@ class TopicSection:
     replication_factor: int
     allow_create: bool
     allow_single_broker: bool
+    retention_ms: int  # of topics it creates; -1 keeps every record
+    outbox_retention: timedelta | None  # BRIDGE_RETENTION, named in the topics' history findings
+
+    def policy(self) -> TopicPolicy:
+        """What the topic guard creates and checks topics against."""
+        return TopicPolicy(self.partitions, self.replication_factor, self.allow_single_broker,
+                           retention_ms=self.retention_ms, outbox_retention=self.outbox_retention)
 
     def topic_for(self, aggregate_type: str) -> str:
         """The topic for an event of aggregate_type; ValueError if it would not be a legal topic name."""
@@ -392,6 +401,9 @@ class BridgeConfig(LayeredSettings):
     dlq_topic: str = Field(default="outbox.dlq.{bridge_name}", description="dead-letter topic")
     topic_partitions: int = Field(default=6, ge=1, le=10_000, description="partitions of topics it creates")
     replication_factor: int = Field(default=3, ge=1, le=32, description="replicas of topics it creates")
+    topic_retention: str = Field(
+        default="forever", description="how long topics it creates keep records: forever, or 90m, 12h, 30d, 2w"
+    )
     allow_create_topics: bool = Field(default=True, description="create missing topics")
     allow_single_broker: bool = Field(default=False, description="allow replication below 3 (development)")
     metrics_port: int = Field(default=9464, ge=0, le=65535, description="Prometheus port; 0 disables it")
@@ -455,6 +467,23 @@ class BridgeConfig(LayeredSettings):
     @classmethod
     def _start_from(cls, value: str | None) -> str | None:
         return None if value is None or value.strip() == "" else parse_start_from(value)
+
+    @field_validator("topic_retention")
+    @classmethod
+    def _topic_retention(cls, value: str) -> str:
+        value = value.strip()
+        if value.lower() == "forever":
+            return "forever"
+        if parse_duration(value).total_seconds() == 0:  # ValueError names the value and the accepted forms
+            raise ValueError(f"{value!r} would delete every record at once; use forever, or e.g. 30d")
+        return value
+
+    @property
+    def topic_retention_ms(self) -> int:
+        """`retention.ms` of topics the bridge creates: -1 (every record kept) for `forever`."""
+        if self.topic_retention == "forever":
+            return -1
+        return int(parse_duration(self.topic_retention).total_seconds() * 1000)
 
     @property
     def retention_period(self) -> timedelta | None:
@@ -641,6 +670,8 @@ class BridgeConfig(LayeredSettings):
             replication_factor=self.replication_factor,
             allow_create=self.allow_create_topics,
             allow_single_broker=self.allow_single_broker,
+            retention_ms=self.topic_retention_ms,
+            outbox_retention=self.retention_period,
         )
 
     @property
@@ -857,6 +888,8 @@ _ACCEPTED_TEXT: Final[Mapping[str, str]] = MappingProxyType(
         "retention_hold_alert_after": "a positive number and a unit (s, m, h, d, w), e.g. 6h",
         "dead_letter_alert_after": "a positive number and a unit (s, m, h, d, w), e.g. 1h",
         "start_from": "earliest (the oldest row still in the outbox) or a seq, e.g. 1201",
+        "topic_retention": "forever (every record kept: retention.ms=-1), or a positive number and a unit "
+                           "(s, m, h, d, w), e.g. 30d, 2w",
     }
 )
 

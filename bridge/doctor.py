@@ -416,9 +416,7 @@ class BridgeDoctor:
 
     def _topics(self) -> list[Check]:
         config = self.config
-        guard = TopicGuard(config.kafka.client_conf(),
-                           TopicPolicy(config.topic_partitions, config.replication_factor, config.allow_single_broker),
-                           timeout=self.kafka_timeout_s)
+        guard = TopicGuard(config.kafka.client_conf(), config.topics.policy(), timeout=self.kafka_timeout_s)
         topics = self._event_topics()
         dead_letter = config.poison_policy is PoisonPolicy.DEAD_LETTER
         if dead_letter:
@@ -446,10 +444,13 @@ class BridgeDoctor:
             elif report.problems:
                 checks.extend(_topic_problem(problem) for problem in report.problems)
             else:
+                kept = ", every record kept" if report.history is None else ""
                 checks.append(Check("topics", Verdict.OK,
                                     f"{topic}: replication factor {report.replication_factor}, min.insync.replicas "
-                                    f"{report.min_insync_replicas}, unclean leader election off"))
+                                    f"{report.min_insync_replicas}, unclean leader election off{kept}"))
             checks.extend(Check("topics", Verdict.WARNING, note) for note in report.notes)
+            if report.history is not None:
+                checks.append(Check("topics", Verdict.WARNING, report.history.summary, report.history.fix))
         return checks
 
     def _acls(self) -> list[Check]:

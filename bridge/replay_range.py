@@ -40,8 +40,7 @@ class TopicMissingError(ConfigurationError):
 
 
 def _guard(config: BridgeConfig) -> TopicGuard:
-    return TopicGuard(config.kafka.client_conf(),
-                      TopicPolicy(config.topic_partitions, config.replication_factor, config.allow_single_broker))
+    return TopicGuard(config.kafka.client_conf(), config.topics.policy())
 
 
 def _fix(topic: str) -> str:

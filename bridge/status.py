@@ -14,7 +14,8 @@ from sqlalchemy.exc import DBAPIError
 
 from bridge.config import BridgeConfig
 from bridge.kafka.access import check_connection
-from bridge.kafka.topics import TopicGuard, TopicPolicy
+from bridge.kafka.topic_history import describe_bytes, describe_ms
+from bridge.kafka.topics import TopicGuard, TopicReport
 from bridge.store import dead_letters
 from bridge.store.deletable import deletable, deleted_above
 from bridge.store.engine import make_engine, make_reader
@@ -92,12 +93,13 @@ def render_status(status: dict[str, Any]) -> None:
 
 
 def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topics: list[str]) -> int:
-    """Check (or ensure) every topic the bridge writes: one per aggregate type in the outbox, plus the DLQ."""
+    """Check (or ensure) every topic the bridge writes: one per aggregate type in the outbox, plus the DLQ.
+
+    `ensure` creates a missing topic (when allowed), fixes what is unsafe and lengthens a retention shorter than
+    BRIDGE_TOPIC_RETENTION; it never shortens one. A finite history is a warning: exit 0, unless a topic is
+    unsafe (exit 4)."""
     check_connection(config.kafka.client_conf())  # refused credentials or certificate: one clear error, now
-    guard = TopicGuard(
-        config.kafka.client_conf(),
-        TopicPolicy(config.topic_partitions, config.replication_factor, config.allow_single_broker),
-    )
+    guard = TopicGuard(config.kafka.client_conf(), config.topics.policy())
     topics = sorted(set(_event_topics(config)) | set(extra_topics) | {config.dlq_topic_name})
     reports = []
     for topic in topics:
@@ -106,7 +108,7 @@ def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topic
             if not report.exists and config.allow_create_topics:
                 guard.create(topic)
                 report = guard.settle(topic)
-            elif report.problems:
+            elif report.exists and guard.fixes(report):
                 guard.fix(report)
                 report = guard.settle(topic)
         reports.append(report)
@@ -115,14 +117,32 @@ def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topic
         print(json.dumps([asdict(r) | {"safe": r.safe} for r in reports], indent=2, default=str))
     else:
         table = Table(title="bridge topics")
-        for column in ("topic", "partitions", "rf", "min isr", "unclean", "verdict"):
+        for column in ("topic", "partitions", "rf", "min isr", "unclean", "retention", "verdict"):
             table.add_column(column)
         for r in reports:
             verdict = "ok" if r.safe else "; ".join(r.problems)
+            if r.safe and r.history is not None:
+                verdict = "warning: finite history (below)"
             table.add_row(r.topic, str(r.partitions), str(r.replication_factor), str(r.min_insync_replicas),
-                          str(r.unclean_leader_election), verdict)
-        Console().print(table)
+                          str(r.unclean_leader_election), _retention(r), verdict)
+        console = Console()
+        console.print(table)
+        for r in reports:
+            if r.history is not None:
+                console.print(f"warning: {r.history.summary}\n  fix: {r.history.fix}", markup=False, highlight=False)
     return EXIT_UNSAFE if unsafe else 0
+
+
+def _retention(report: TopicReport) -> str:
+    retention = report.retention
+    if retention is None:
+        return "-"
+    if retention.keeps_every_record:
+        return "forever"
+    parts = [describe_ms(retention.ms)] if retention.ms >= 0 else []
+    parts += [describe_bytes(retention.bytes)] if retention.bytes >= 0 else []
+    parts += ["compacted"] if retention.compacted else []
+    return ", ".join(parts)
 
 
 def _event_topics(config: BridgeConfig) -> list[str]:

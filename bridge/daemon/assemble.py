@@ -21,7 +21,7 @@ from bridge.daemon.loop import BridgeDaemon, OnDelivery
 from bridge.daemon.poison import producer_limit
 from bridge.kafka.access import check_connection
 from bridge.kafka.publisher import KafkaPublisher, Publisher
-from bridge.kafka.topics import TopicChecker, TopicGuard, TopicPolicy
+from bridge.kafka.topics import TopicChecker, TopicGuard
 from bridge.metrics import BridgeMetrics
 from bridge.store.engine import make_engine, make_reader
 from bridge.store.failures import store_error
@@ -55,10 +55,7 @@ def build_daemon(
     conf = config.producer.as_librdkafka_dict()  # refuses unsafe extras now, before anything starts
     make_publisher = publisher_factory or KafkaPublisher
     client_conf = config.kafka.client_conf()
-    guard = topic_guard or TopicGuard(
-        client_conf,
-        TopicPolicy(topics.partitions, topics.replication_factor, topics.allow_single_broker),
-    )
+    guard = topic_guard or TopicGuard(client_conf, topics.policy())
 
     def check_kafka() -> None:
         # Needs a real cluster: not when tests give an in-memory publisher.

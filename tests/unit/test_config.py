@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -477,3 +478,19 @@ def test_a_persist_interval_of_half_the_lease_timeout_or_more_is_refused(persist
 def test_a_persist_interval_below_half_the_lease_timeout_is_accepted() -> None:
     config = load_config(env={"BRIDGE_PERSIST_INTERVAL_S": "4.9", "BRIDGE_LEASE_TIMEOUT_S": "10"})
     assert config.persist_interval_s == 4.9
+
+
+def test_topics_keep_every_record_by_default_and_the_setting_takes_a_duration() -> None:
+    config = load_config(env={})
+    assert config.topic_retention == "forever" and config.topic_retention_ms == -1
+    assert config.topics.policy().retention_ms == -1 and config.topics.policy().outbox_retention is None
+    chosen = load_config(env={"BRIDGE_TOPIC_RETENTION": "30d", "BRIDGE_RETENTION": "7d"})
+    assert chosen.topic_retention_ms == 30 * 86_400_000
+    assert chosen.topics.policy().outbox_retention == timedelta(days=7)
+    assert load_config(env={"BRIDGE_TOPIC_RETENTION": " Forever "}).topic_retention_ms == -1
+
+
+@pytest.mark.parametrize("value", ["7", "never", "0d", "-1", "infinite"])
+def test_a_bad_topic_retention_names_the_setting_the_value_and_the_forms(value: str) -> None:
+    message = refusal({"BRIDGE_TOPIC_RETENTION": value})
+    assert f"BRIDGE_TOPIC_RETENTION={value!r}" in message and "forever" in message and "30d" in message

@@ -30,7 +30,8 @@ T0 = datetime(2026, 11, 26, 14, 0, tzinfo=UTC)
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    url = f"sqlite:///{tmp_path / 'outbox.db'}" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+    url = (f"sqlite:///{tmp_path / 'outbox.db'}" if request.param == "sqlite"
+           else str(request.getfixturevalue("postgres_url")))
     upgrade(url)
     engine = make_engine(url)
     with engine.begin() as conn:
@@ -131,7 +132,7 @@ def test_by_time_a_rewind_says_which_seq_and_a_range_keeps_to_the_window(capsys,
     assert code == 5 and "has no UTC offset; write it as 2026-11-26T14:30:00Z" in err
 
     topic = f"window.{uuid.uuid4().hex[:8]}"
-    code, result, err = _replay(capsys, url, kafka_bootstrap, "--mode", "range", "--from-time",
+    code, _, err = _replay(capsys, url, kafka_bootstrap, "--mode", "range", "--from-time",
                                 "2026-11-26T14:10:00Z", "--to-time", "2026-11-26T14:14:30Z", "--topic", topic,
                                 "--reason", "a window", "--yes")
     assert code == 0, err
@@ -142,7 +143,7 @@ def test_by_time_a_rewind_says_which_seq_and_a_range_keeps_to_the_window(capsys,
 
 def test_by_aggregate_id_only_those_aggregates_are_sent_again(capsys, url, kafka_bootstrap) -> None:
     topic = f"orders.{uuid.uuid4().hex[:8]}"
-    code, result, err = _replay(capsys, url, kafka_bootstrap, "--mode", "range", "--from-seq", "1", "--aggregate-id",
+    code, _, err = _replay(capsys, url, kafka_bootstrap, "--mode", "range", "--from-seq", "1", "--aggregate-id",
                                 "order-2", "--aggregate-id", "customer-1", "--topic", topic, "--reason",
                                 "fix a consumer", "--yes")
     assert code == 0, err
