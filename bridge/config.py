@@ -86,6 +86,7 @@ ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType(
         "retention_hold_alert_after": "BRIDGE_RETENTION_HOLD_ALERT_AFTER",
         "dead_letter_alert_after": "BRIDGE_DEAD_LETTER_ALERT_AFTER",
         "start_from": "BRIDGE_START_FROM",
+        "startup_alert_after": "BRIDGE_STARTUP_ALERT_AFTER",
         "kafka_security_protocol": "KAFKA_SECURITY_PROTOCOL",
         "kafka_sasl_mechanism": "KAFKA_SASL_MECHANISM",
         "kafka_sasl_username": "KAFKA_SASL_USERNAME",
@@ -338,6 +339,8 @@ class LoopSection:
     start_from: str | None = None
     #: An open dead letter older than this is alerted on (the gauge `outbox_dead_letter_alert_after_seconds`).
     dead_letter_alert_after_s: float = 3600.0
+    #: Starting (neither standing by nor leading) longer than this is alerted on (`outbox_startup_seconds`).
+    startup_alert_after_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +401,9 @@ class BridgeConfig(LayeredSettings):
     dead_letter_alert_after: str = Field(
         default="1h", description="alert while a dead letter stays open longer than this"
     )
+    startup_alert_after: str = Field(
+        default="5m", description="alert when an instance has been starting this long without standing by or leading"
+    )
     dlq_topic: str = Field(default="outbox.dlq.{bridge_name}", description="dead-letter topic")
     topic_partitions: int = Field(default=6, ge=1, le=10_000, description="partitions of topics it creates")
     replication_factor: int = Field(default=3, ge=1, le=32, description="replicas of topics it creates")
@@ -456,7 +462,7 @@ class BridgeConfig(LayeredSettings):
             raise ValueError(f"{value!r} would delete every row as soon as it is published; use e.g. 7d")
         return value.strip()
 
-    @field_validator("retention_hold_alert_after", "dead_letter_alert_after")
+    @field_validator("retention_hold_alert_after", "dead_letter_alert_after", "startup_alert_after")
     @classmethod
     def _alert_after(cls, value: str) -> str:
         if parse_duration(value).total_seconds() == 0:  # ValueError names the value and the accepted forms
@@ -688,6 +694,7 @@ class BridgeConfig(LayeredSettings):
             poison_policy=self.poison_policy,
             start_from=self.start_from,
             dead_letter_alert_after_s=parse_duration(self.dead_letter_alert_after).total_seconds(),
+            startup_alert_after_s=parse_duration(self.startup_alert_after).total_seconds(),
         )
 
     @property
@@ -887,6 +894,7 @@ _ACCEPTED_TEXT: Final[Mapping[str, str]] = MappingProxyType(
         "retention": "a positive number and a unit (s, m, h, d, w), e.g. 90m, 12h, 7d, 2w; unset keeps every row",
         "retention_hold_alert_after": "a positive number and a unit (s, m, h, d, w), e.g. 6h",
         "dead_letter_alert_after": "a positive number and a unit (s, m, h, d, w), e.g. 1h",
+        "startup_alert_after": "a positive number and a unit (s, m, h, d, w), e.g. 5m",
         "start_from": "earliest (the oldest row still in the outbox) or a seq, e.g. 1201",
         "topic_retention": "forever (every record kept: retention.ms=-1), or a positive number and a unit "
                            "(s, m, h, d, w), e.g. 30d, 2w",

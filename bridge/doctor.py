@@ -33,7 +33,7 @@ from bridge.kafka.acl_check import AclFinding, bridge_acl_findings
 from bridge.kafka.reachability import quiet_client_settings
 from bridge.kafka.topics import TopicGuard, TopicPolicy
 from bridge.schema import domain_events
-from bridge.store import dead_letters
+from bridge.store import dead_letters, instances
 from bridge.store.access import grant_statements, login, missing_privileges
 from bridge.store.deletable import deletable
 from bridge.store.engine import make_engine, make_reader
@@ -132,6 +132,7 @@ class BridgeDoctor:
             ("history", self._history, "migrated"),
             ("dead letters", self._dead_letters, "migrated"),
             ("names", self._names, "migrated"),
+            ("instances", self._instances, "migrated"),
             ("retention", self._retention, "migrated"),
             ("kafka", self._kafka, None),
             ("topics", self._topics, "kafka"),
@@ -321,6 +322,21 @@ class BridgeDoctor:
                       f"{found.count} open, the oldest {age:.0f}s old: their consumers never saw them, and the outbox "
                       "keeps their rows", "`outbox-bridge dead-letters list`; fix the cause, then `dead-letters "
                       "republish SEQ` or `dead-letters resolve SEQ --reason ...`")]
+
+    def _instances(self) -> list[Check]:
+        """Instances of this name that are starting and failing a step (each reports its own state)."""
+        with self._connection() as conn:
+            running = instances.listed(conn, self.config.bridge_name)
+        stuck = [i for i in running if i["state"] == instances.STARTING and i["step"]]
+        if not stuck:
+            states = ", ".join(f"{i['instance']} {i['state']}" for i in running) or "none reported"
+            return [Check("instances", Verdict.OK, f"running instances: {states}")]
+        return [Check("instances", Verdict.WARNING,
+                      f"instance {i['instance']} cannot start: step {i['step']!r} failed {i['attempts']} time(s) "
+                      f"since {i['failing_since']} (last at {i['updated_at']}): {i['error']}",
+                      "see docs/OPERATIONS.md#outboxbridgenotstarting; a row left by an instance that crashed "
+                      "shows an old time and can be ignored")
+                for i in stuck]
 
     def _names(self) -> list[Check]:
         from bridge.names import list_names

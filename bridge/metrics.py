@@ -41,6 +41,9 @@ RETENTION_HOLD_ALERT_AFTER_SECONDS: Final = "outbox_retention_hold_alert_after_s
 DEAD_LETTERS_OPEN: Final = "outbox_dead_letters_open"
 DEAD_LETTER_OLDEST_AGE_SECONDS: Final = "outbox_dead_letter_oldest_age_seconds"
 DEAD_LETTER_ALERT_AFTER_SECONDS: Final = "outbox_dead_letter_alert_after_seconds"
+STARTUP_SECONDS: Final = "outbox_startup_seconds"
+STARTUP_FAILURES: Final = "outbox_startup_failures_total"
+STARTUP_ALERT_AFTER_SECONDS: Final = "outbox_startup_alert_after_seconds"
 
 METRIC_NAMES: Final = (
     EVENTS_PUBLISHED,
@@ -67,6 +70,9 @@ METRIC_NAMES: Final = (
     DEAD_LETTERS_OPEN,
     DEAD_LETTER_OLDEST_AGE_SECONDS,
     DEAD_LETTER_ALERT_AFTER_SECONDS,
+    STARTUP_SECONDS,
+    STARTUP_FAILURES,
+    STARTUP_ALERT_AFTER_SECONDS,
 )
 
 _HISTOGRAMS: Final = frozenset({COMMIT_TO_ACK_SECONDS})
@@ -182,6 +188,24 @@ class BridgeMetrics:
         self.dead_letter_alert_after_seconds = Gauge(
             DEAD_LETTER_ALERT_AFTER_SECONDS,
             "BRIDGE_DEAD_LETTER_ALERT_AFTER in seconds: the alert on outbox_dead_letter_oldest_age_seconds.",
+            registry=r,
+        )
+        self.startup_seconds = Gauge(
+            STARTUP_SECONDS,
+            "How long this instance has been starting (checking the outbox and Kafka, reaching the lease) "
+            "without standing by or leading yet; 0 once it stands by or leads.",
+            registry=r,
+        )
+        self.startup_failures = Counter(
+            STARTUP_FAILURES,
+            "Failed attempts at a start-up step, by step (schema revision, seq path, login's rights, kafka, "
+            "lease, history).",
+            ["step"],
+            registry=r,
+        )
+        self.startup_alert_after_seconds = Gauge(
+            STARTUP_ALERT_AFTER_SECONDS,
+            "BRIDGE_STARTUP_ALERT_AFTER in seconds: the alert on outbox_startup_seconds.",
             registry=r,
         )
         self.producer_rebuilds = Counter(

@@ -243,6 +243,22 @@ bridge_dead_letters = Table(
 #: (`resolved`); only then may retention delete the row.
 DEAD_LETTER_STATUSES: Final = ("open", "resolved", "republished")
 
+#: Each running instance of a bridge name and its state: `starting` (with the start-up step that keeps
+#: failing, how often and since when), `standing-by` or `leading`. Written best effort by the instance
+#: itself, removed when it stops; `status` and `doctor` read it (revision 0004).
+bridge_instances = Table(
+    "bridge_instances",
+    metadata,
+    Column("bridge_name", String(200), primary_key=True),
+    Column("instance", Unicode(255), primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("step", Unicode(64), nullable=True),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("failing_since", UtcTimestamp(), nullable=True),
+    Column("error", LongText, nullable=True),
+    Column("updated_at", UtcTimestamp(), nullable=False, server_default=utc_now()),
+)
+
 #: What retention and `cleanup` deleted, one row per run (updated batch by batch, each in the batch's own
 #: transaction): a bridge whose watermark is below `through_seq` would otherwise pass deleted rows over as
 #: rolled-back holes, so it refuses to lead instead (`bridge.daemon.history`).

@@ -16,7 +16,7 @@ from bridge.config import BridgeConfig
 from bridge.kafka.access import check_connection
 from bridge.kafka.topic_history import describe_bytes, describe_ms
 from bridge.kafka.topics import TopicGuard, TopicReport
-from bridge.store import dead_letters
+from bridge.store import dead_letters, instances
 from bridge.store.deletable import deletable, deleted_above
 from bridge.store.engine import make_engine, make_reader
 from bridge.store.failures import store_error
@@ -67,6 +67,7 @@ def _kept(engine: Engine, name: str, watermark: int, now: datetime) -> dict[str,
     try:
         with engine.connect() as conn:
             letters = dead_letters.open_summary(conn, name)
+            running = instances.listed(conn, name)
             limit = deletable(conn, name)
             gone = deleted_above(conn, watermark)
     except DBAPIError as exc:
@@ -77,6 +78,7 @@ def _kept(engine: Engine, name: str, watermark: int, now: datetime) -> dict[str,
         "retention_held_back_by": (
             {"bridge_name": limit.held_back_by, "up_to_seq": limit.held_back_at} if limit.held_back_by else None),
         "rows_gone_above_watermark": gone.describe() if gone is not None else None,
+        "instances": running,
     }
 
 

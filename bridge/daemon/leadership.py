@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,9 +40,11 @@ class Leadership:
     def leading(self) -> bool:
         return self.lease is not None
 
-    def acquire(self, stop: threading.Event, standing_by: threading.Event) -> Lease | None:
+    def acquire(self, stop: threading.Event, standing_by: threading.Event,
+                on_standing_by: Callable[[], None] = lambda: None) -> Lease | None:
         """Stand by until the lease is free (another instance died or stopped), then take it; None if
-        `stop` is set first. `standing_by` is set once this instance is a healthy standby."""
+        `stop` is set first. `standing_by` is set once this instance is a healthy standby, when
+        `on_standing_by` runs too."""
         announced = False
         while not stop.is_set():
             started = time.monotonic()
@@ -55,6 +57,7 @@ class Leadership:
             if not announced:
                 log.info("another instance holds the lease; standing by", extra={"instance": self.instance_id})
                 announced = True
+                on_standing_by()
             standing_by.set()
             stop.wait(max(0.2, self.lease_timeout_s / 4))
         return None

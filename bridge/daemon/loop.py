@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import FrameType, MappingProxyType
@@ -35,6 +35,7 @@ from bridge.daemon import history, rewinds
 from bridge.daemon.leadership import Leadership
 from bridge.daemon.poison import PRODUCER_MAX_MESSAGE_BYTES, PoisonGate
 from bridge.daemon.retention import Retention
+from bridge.daemon.startup import Failing, Startup, StartupClock, StartupStep
 from bridge.daemon.status import holder_age_s, report
 from bridge.errors import (
     DatabaseLoginError,
@@ -49,8 +50,10 @@ from bridge.kafka.access import AUTHORIZATION_CODES, KafkaAccessError, access_er
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, DeliveryFailure, Publisher
 from bridge.kafka.topics import TopicChecker
 from bridge.metrics import BridgeMetrics
+from bridge.store import instances
 from bridge.store.audit import requester
 from bridge.store.dead_letters import DeadLetter
+from bridge.store.instances import InstanceBoard
 from bridge.store.invariants import OutboxDamagedError
 from bridge.store.lease import Lease, LeaseStore
 from bridge.store.reader import OutboxReader
@@ -97,6 +100,11 @@ def _nothing() -> None:
     return None
 
 
+def new_instance_id() -> str:
+    """This process's name among the instances of a bridge name: host, pid and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
 @dataclass(slots=True)
 class _Sent:
     """What the delivery report needs to know about a record in flight."""
@@ -121,27 +129,25 @@ class BridgeDaemon:
         open_reader: Callable[[], OutboxReader],
         new_publisher: NewPublisher,
         topic_guard: TopicChecker,
-        check_outbox: Callable[[], None] = _nothing,
+        startup: Sequence[StartupStep] = (),
         retention: RetentionSection | None = None,
         retention_pass: RetentionPass | None = None,
         producer_limit: int = PRODUCER_MAX_MESSAGE_BYTES,
         metrics: BridgeMetrics | None = None,
         instance_id: str | None = None,
         on_exit: Callable[[], None] = _nothing,
-        check_kafka: Callable[[], None] = _nothing,
+        instances: InstanceBoard | None = None,
         kafka_conf: Mapping[str, Any] = MappingProxyType({}),
         outbox: str = "",
     ) -> None:
         self.settings = settings
         self.metrics = metrics or BridgeMetrics()
-        self.instance_id = instance_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.instance_id = instance_id or new_instance_id()
         self.offsets = offsets
         self.leadership = Leadership(offsets, self.instance_id, settings.lease_timeout_s, self.metrics)
         self._open_reader = open_reader
         self._make_publisher = new_publisher
-        self._check_outbox = check_outbox
         self._on_exit = on_exit
-        self._check_kafka = check_kafka
         self._kafka_conf = kafka_conf
         self._refusals = Refusals()
         self._denied: KafkaAccessError | None = None  # a Write the ACLs refused: stop, do not rebuild
@@ -157,6 +163,13 @@ class BridgeDaemon:
         self._settled = SettledHoles()
         self._stop = threading.Event()
         self._ready = threading.Event()
+        self._instances = instances
+        self._startup = Startup(startup, self._stop, self.metrics, on_failing=self._report_failing)
+        self._clock = StartupClock(self._ready)
+        self.metrics.startup_seconds.set_function(self._clock.seconds)
+        self.metrics.startup_alert_after_seconds.set(settings.startup_alert_after_s)
+        #: Which part of starting the loop is in, for naming what keeps failing: the lease, the history, the lead.
+        self._phase = "start-up"
         self._published: dict[str, Any] = {}  # topic -> its events_published child, looked up once
         self._published_pending: dict[str, int] = {}  # acks not yet added to events_published
         self._sent: dict[int, _Sent] = {}
@@ -204,19 +217,23 @@ class BridgeDaemon:
         backoff = Backoff(BackoffPolicy(initial_s=0.2, cap_s=5.0))
         if self._retention is not None:
             self._retention.start()
-        checked = False
+        self._clock.restart()
         try:
             while not self._stop.is_set():
                 try:
-                    if not checked:
-                        self._check_outbox()
-                        # Refused Kafka credentials or certificate stop here, before the lease (KafkaAccessError).
-                        self._check_kafka()
-                        checked = True
-                    lease = self.leadership.acquire(self._stop, standing_by=self._ready)
+                    # Each check retried alone; refused Kafka credentials or certificate stop here, before the lease.
+                    if not self._startup.run():
+                        break
+                    self._phase = "lease"
+                    lease = self.leadership.acquire(self._stop, standing_by=self._ready,
+                                                    on_standing_by=self._standing_by)
                     if lease is None:
                         break
-                    code = self._lead(self._start(lease))
+                    self._phase = "history"
+                    watermark = self._start(lease)
+                    self._report_state(instances.LEADING)
+                    self._phase = "lead"
+                    code = self._lead(watermark)
                     if code != EXIT_OK or self._stop.is_set():
                         return code
                 except FencedError as exc:
@@ -224,8 +241,15 @@ class BridgeDaemon:
                     self.leadership.lost()
                 except TransientStoreError as exc:
                     self.last_error = str(exc)
+                    if self._phase in ("lease", "history"):
+                        self._startup.failed(self._phase, exc)
+                    if self._ready.is_set():
+                        # Neither a healthy standby nor a leader until the database answers again.
+                        self._ready.clear()
+                        self._clock.restart()
                     delay = backoff.next_delay()
-                    log.warning("database unavailable; retrying", extra={"error": str(exc), "retry_in_s": delay})
+                    log.warning("database unavailable; retrying",
+                                extra={"step": self._phase, "error": str(exc), "retry_in_s": delay})
                     self._stop.wait(delay)
                 except TopicSafetyError as exc:
                     self.last_error = str(exc)
@@ -255,7 +279,21 @@ class BridgeDaemon:
             return EXIT_OK
         finally:
             self._ready.clear()
+            if self._instances is not None:
+                self._instances.remove()
             self._on_exit()
+
+    def _report_failing(self, failing: Failing) -> None:
+        self._report_state(instances.STARTING, step=failing.step, attempts=failing.attempts, since=failing.since,
+                           error=failing.error)
+
+    def _standing_by(self) -> None:
+        self._startup.failing = None
+        self._report_state(instances.STANDING_BY)
+
+    def _report_state(self, state: str, **details: Any) -> None:
+        if self._instances is not None:
+            self._instances.report(state, **details)
 
     def _start(self, lease: Lease) -> int:
         """The watermark this term starts from: the lease's, or where the operator said (`--start-from`) when

@@ -27,6 +27,7 @@ def needed_privileges(retention: bool) -> Mapping[str, tuple[str, ...]]:
         "bridge_replay_audit": ("SELECT", "INSERT", "UPDATE"),
         "bridge_dead_letters": ("SELECT", "INSERT", "UPDATE"),
         "bridge_deletions": ("SELECT", "INSERT", "UPDATE") if retention else ("SELECT",),
+        "bridge_instances": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         VERSION_TABLE: ("SELECT",),
     }
 

@@ -1,4 +1,4 @@
-"""Keep what is owed: dead letters, a record of what cleanup deleted, and retired bridge names.
+"""Keep what is owed: dead letters, a record of what cleanup deleted, retired bridge names; and instances.
 
 Revision ID: 0004
 Revises: 0003
@@ -9,6 +9,8 @@ Create Date: 2026-11-27
 - `bridge_deletions`: what retention and `cleanup` deleted, per run. A bridge whose watermark is below a
   run's `through_seq` refuses to lead rather than pass the deleted rows over as rolled-back holes.
 - `bridge_offsets.retired_at` and `.retired_reason`: a retired name no longer holds retention back.
+- `bridge_instances`: each running instance's state (starting, and which step keeps failing; standing by;
+  leading), for `status` and `doctor`.
 
 Releases before this revision deleted rows below one name's watermark and recorded nothing. The upgrade
 records what is already gone as one run "before revision 0004": every seq below the lowest row still in
@@ -76,6 +78,18 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_bridge_deletions"),
     )
     op.create_index("ix_bridge_deletions_through_seq", "bridge_deletions", ["through_seq"])
+    op.create_table(
+        "bridge_instances",
+        sa.Column("bridge_name", sa.String(200), nullable=False),
+        sa.Column("instance", sa.Unicode(255), nullable=False),
+        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("step", sa.Unicode(64), nullable=True),
+        sa.Column("attempts", sa.Integer, nullable=False, server_default=sa.text("0")),
+        sa.Column("failing_since", UtcTimestamp(), nullable=True),
+        sa.Column("error", LongText, nullable=True),
+        sa.Column("updated_at", UtcTimestamp(), nullable=False, server_default=utc_now()),
+        sa.PrimaryKeyConstraint("bridge_name", "instance", name="pk_bridge_instances"),
+    )
     # What an older release already deleted: in SQL, so `migrate --sql` carries it too. row_count is unknown
     # (0); first_seq is 1.
     op.execute(
@@ -87,6 +101,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_table("bridge_instances")
     op.drop_index("ix_bridge_deletions_through_seq", table_name="bridge_deletions")
     op.drop_table("bridge_deletions")
     op.drop_table("bridge_dead_letters")

@@ -53,6 +53,7 @@ REQUIRED_ALERTS = {
     "OutboxInstanceDown",
     "OutboxNoLeader",
     "OutboxDeadLettersOpen",
+    "OutboxBridgeNotStarting",
     "OutboxRetentionHeldBack",
     "ProjectionLagHigh",
     "ProjectionFailedBatches",

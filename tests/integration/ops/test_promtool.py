@@ -257,6 +257,21 @@ SCENARIOS: list[dict[str, Any]] = [
         },
     },
     {
+        "alert": "OutboxBridgeNotStarting",
+        "series": [
+            # Starting for longer and longer past its threshold (BRIDGE_STARTUP_ALERT_AFTER=5m).
+            ("outbox_startup_seconds", bridge("stuck"), "0+60x20"),
+            ("outbox_startup_alert_after_seconds", bridge("stuck"), "300x20"),
+            # A healthy standby reports 0.
+            ("outbox_startup_seconds", bridge("standby"), "0x20"),
+            ("outbox_startup_alert_after_seconds", bridge("standby"), "300x20"),
+            # Started after two minutes.
+            ("outbox_startup_seconds", bridge("slow"), "0+60x2 0x18"),
+            ("outbox_startup_alert_after_seconds", bridge("slow"), "300x20"),
+        ],
+        "expect": {"4m": [], "10m": [bridge("stuck")]},
+    },
+    {
         "alert": "OutboxInstanceDown",
         "series": [
             ("up", PROJ, "0x10"),
