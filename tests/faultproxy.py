@@ -14,8 +14,9 @@ seen and cut, so a test can assert its faults really happened. The sockets, thre
 
 It can cut every result that names a column (`cut_results_naming`): one query that always fails, the rest
 of the connection's work untouched, as a step that keeps failing. It can also hold a result back:
-`hold_result(column, min_rows)` holds the next result that names `column` and has at least `min_rows` rows (the server has run the query; the client waits for its
-answer, as behind a slow network or a slow server) until `release()`; `held` is set meanwhile.
+`hold_result(column, min_rows)` holds the next result that names `column` and has at least `min_rows` rows
+(the server has run the query; the client waits for its answer, as behind a slow network or a slow server)
+until `release()`; `held` is set meanwhile.
 """
 
 from __future__ import annotations
