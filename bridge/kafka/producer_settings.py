@@ -236,6 +236,7 @@ GAPLESS_REASON: Final = (
     "and re-sends from the watermark, so per-key order holds"
 )
 _gapless_explained = threading.Event()
+_gapless_lock = threading.Lock()  # clients log from librdkafka's threads and the loop's
 
 
 def explain_gapless(facility: str, text: str) -> bool:
@@ -243,8 +244,10 @@ def explain_gapless(facility: str, text: str) -> bool:
     `GAPLESS_REASON` at info instead, the first time in this process only."""
     if facility != "CONFWARN" or GAPLESS_EXPERIMENTAL not in text:
         return False
-    if not _gapless_explained.is_set():
+    with _gapless_lock:
+        first = not _gapless_explained.is_set()
         _gapless_explained.set()
+    if first:
         log.info(GAPLESS_REASON, extra={"setting": "enable.gapless.guarantee"})
     return True
 
