@@ -68,8 +68,11 @@ mssql-driver: $(STAMP) ## SQL Server tests: unixODBC (apt), pyodbc and Microsoft
 	$(PY) -m pip install -q -e '.[mssql]' '$(MSSQL_ODBC_PACKAGE)'
 	$(PY) ops/mssql_odbc.py $(ODBC_DIR)
 
-jars: $(STAMP) ## resolve the Kafka broker, Spark Kafka connector, Delta, Kafka Connect and Debezium jars into .cache/jars
+demo-jars: $(STAMP) ## resolve the jars the demo runs on into .cache/jars: the Kafka broker, Spark's Kafka connector, Delta
 	$(PY) ops/localstack.py jars kafka spark
+
+# Kafka Connect and Debezium (about 42 MB) only for the record-format test and the benchmark: not for the demo.
+jars: demo-jars ## resolve those and the Kafka Connect and Debezium jars into .cache/jars
 	$(PY) ops/connect.py jars
 
 up: $(STAMP) ## start Kafka (BROKERS=1 or 3; SECURE=1: SASL_SSL, TLS, ACLs) and PostgreSQL on loopback; writes .run/stack.env (SPARK=standalone: a Spark cluster too)
@@ -100,7 +103,7 @@ lint: $(STAMP) ## ruff and mypy (strict on bridge/ and projections/)
 	$(VENV)/bin/ruff check bridge projections tests ops bench migrations
 	$(VENV)/bin/mypy bridge projections
 
-demo: $(STAMP) jars ## run the end-to-end demo on embedded defaults (starts Kafka and leaves it running: `make down`)
+demo: $(STAMP) demo-jars ## run the end-to-end demo on embedded defaults (starts Kafka and leaves it running: `make down`)
 	$(PY) -m bridge.demo
 
 bench: $(STAMP) jars ## run the benchmark suite; results go to docs/BENCHMARKS.md
@@ -109,4 +112,4 @@ bench: $(STAMP) jars ## run the benchmark suite; results go to docs/BENCHMARKS.m
 clean: down ## stop the stack and remove .run (keeps .venv and .cache)
 	rm -rf .run
 
-.PHONY: help venv sysdeps mssql-driver jars up down status test test-compiled test-unit lint demo bench clean
+.PHONY: help venv sysdeps mssql-driver demo-jars jars up down status test test-compiled test-unit lint demo bench clean
