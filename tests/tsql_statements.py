@@ -24,9 +24,10 @@ from bridge import grants, migrate, names, replay, status, writer
 from bridge.config import DatabaseSection, load_config
 from bridge.core.holes import SeqRange
 from bridge.doctor import BridgeDoctor
-from bridge.store import dead_letters, deletable, maintenance, mssql
+from bridge.store import dead_letters, deletable, instances, maintenance, mssql
 from bridge.store.access import login, missing_privileges
 from bridge.store.audit import audit
+from bridge.store.instances import InstanceBoard
 from bridge.store.invariants import never_skip_problems
 from bridge.store.lease import Lease, RewindRequest, StartAt
 from bridge.store.offsets import OffsetStore
@@ -142,6 +143,11 @@ def _offsets(server: ListeningServer, engine: Engine) -> None:
     store.refuse_rewind(request, "below the oldest row")
     store.release(lease)
     store.set_watermark(4)
+    board = InstanceBoard(engine, "default", "host:1:abc")
+    server.answer(r"^UPDATE bridge_instances", rowcount=0, times=1)  # a new instance: inserted
+    board.report(instances.STARTING, step="seq path", attempts=2, since=_AT, error="server closed the connection")
+    board.report(instances.LEADING)
+    board.remove()
 
 
 def _dead_letters_and_retention(server: ListeningServer, engine: Engine) -> None:
