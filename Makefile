@@ -21,6 +21,12 @@ endif
 
 export SPARK_LOCAL_IP := 127.0.0.1
 
+# The artefacts `make test` checks besides the tree: the sdist and the wheel (its core compiled with mypyc).
+DIST := .run/dist
+WHEEL_STAMP := $(DIST)/.built
+PACKAGED := pyproject.toml setup.py MANIFEST.in README.md $(shell find bridge projections migrations ops/packaging \
+  -name '*.py' -o -name '*.ini' -o -name '*.mako' -o -name '*.properties' 2>/dev/null)
+
 help: ## show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 	@echo "  Variables: BROKERS=1|3 and SPARK=standalone (make up), PYTEST_ARGS=... (make test), TEST_SQLSERVER_URL=mssql+pyodbc://... (make test)"
@@ -53,9 +59,9 @@ sysdeps: ## install Prometheus (promtool, prometheus) from Debian's packages whe
 	    "package, its service left off) or \`sudo apt-get install prometheus\`" >&2; exit 1; \
 	fi
 	@if command -v cc >/dev/null; then \
-	  echo "a C compiler for mypyc (the compiled core's unit tests): $$(command -v cc)"; \
+	  echo "a C compiler for mypyc (the wheel's compiled core): $$(command -v cc)"; \
 	elif [ "$$(id -u)" = 0 ]; then \
-	  echo "a C compiler for mypyc (the compiled core's unit tests): installing Debian's gcc package (apt-get)"; \
+	  echo "a C compiler for mypyc (the wheel's compiled core): installing Debian's gcc package (apt-get)"; \
 	  ops/apt-install.sh gcc; \
 	else \
 	  echo "no C compiler for mypyc: run \`sudo apt-get install gcc\`" >&2; exit 1; \
@@ -67,6 +73,16 @@ mssql-driver: $(STAMP) ## SQL Server tests: unixODBC (apt), pyodbc and Microsoft
 	  else echo "unixODBC is missing: sudo apt-get install unixodbc" >&2; exit 1; fi; }
 	$(PY) -m pip install -q -e '.[mssql]' '$(MSSQL_ODBC_PACKAGE)'
 	$(PY) ops/mssql_odbc.py $(ODBC_DIR)
+
+$(WHEEL_STAMP): $(STAMP) $(PACKAGED)
+	@echo "building the sdist and, from it, the wheel with the compiled core into $(DIST) (python -m build)"
+	@rm -rf $(DIST) && mkdir -p $(DIST)
+	@OUTBOX_COMPILE_CORE=1 $(PY) -m build --outdir $(DIST) . > $(DIST)/build.log 2>&1 \
+	  || { tail -40 $(DIST)/build.log; echo "the build failed; its whole log: $(DIST)/build.log" >&2; exit 1; }
+	@ls $(DIST) | grep -v build.log | sed 's/^/  /'
+	@touch $(WHEEL_STAMP)
+
+wheel: $(WHEEL_STAMP) ## build the sdist and the wheel (per-event core compiled with mypyc) into .run/dist
 
 jars: $(STAMP) ## resolve the Kafka broker, Spark Kafka connector, Delta, Kafka Connect and Debezium jars into .cache/jars
 	$(PY) ops/localstack.py jars kafka spark
@@ -85,12 +101,13 @@ status: $(STAMP) ## show which stack processes run
 
 # sysdeps first, so the run says what it installs before it starts. -v: one line per test, so a long file shows
 # progress; the slowest tests are listed at the end (--durations in pyproject.toml).
-test: sysdeps $(STAMP) jars $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
-	$(PY) -m pytest -v $(PYTEST_ARGS)
+# The wheel comes first: the tests install it (tests/integration/ops/test_wheel.py).
+test: sysdeps $(STAMP) jars $(WHEEL_STAMP) $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
+	OUTBOX_TEST_DIST=$(CURDIR)/$(DIST) $(PY) -m pytest -v $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-compiled
 
-test-compiled: $(STAMP) ## the unit tests again, on a copy whose per-event core is compiled with mypyc (.run/compiled)
-	$(PY) ops/compile_core.py .run/compiled
+test-compiled: $(STAMP) $(WHEEL_STAMP) ## the unit tests again, on a copy with the wheel's compiled core (.run/compiled)
+	$(PY) ops/compile_core.py .run/compiled --wheel "$$(ls $(DIST)/*.whl)"
 	cd .run/compiled && BRIDGE_EXPECT_COMPILED=1 $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 test-unit: $(STAMP) ## run only the fast unit tests
@@ -109,4 +126,4 @@ bench: $(STAMP) jars ## run the benchmark suite; results go to docs/BENCHMARKS.m
 clean: down ## stop the stack and remove .run (keeps .venv and .cache)
 	rm -rf .run
 
-.PHONY: help venv sysdeps mssql-driver jars up down status test test-compiled test-unit lint demo bench clean
+.PHONY: help venv sysdeps mssql-driver wheel jars up down status test test-compiled test-unit lint demo bench clean
