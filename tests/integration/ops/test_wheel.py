@@ -130,6 +130,10 @@ def test_the_installed_projections_list_and_run_once(venv: Path, wheel: Path, wo
                 kafka_bootstrap], cwd=work,
                env=clean_env(SPARK_JARS_DIR=str(spark_jars_dir), SPARK_LOCAL_IP="127.0.0.1"))
     assert "ok  outbox-projections status --lag: 40 records read" in said, said
+    # The projections image's entrypoint hands everything but `executor` to outbox-projections.
+    listed = run(["bash", str(ROOT / "ops" / "spark" / "entrypoint.sh"), "list"], cwd=work,
+                 env=clean_env(PATH=f"{venv}{os.pathsep}{os.environ['PATH']}"))
+    assert "orders_current" in listed
 
 
 def test_without_a_c_compiler_the_sdist_still_builds_and_installs_as_pure_python(
