@@ -21,11 +21,14 @@ endif
 
 export SPARK_LOCAL_IP := 127.0.0.1
 
-# The artefacts `make test` checks besides the tree: the sdist and the wheel (its core compiled with mypyc).
+# The artefacts `make test` checks besides the tree: the sdist and the wheel (its core compiled with mypyc), and the
+# Helm chart rendered by a pinned helm, built once per machine from the Go module proxy into .cache.
 DIST := .run/dist
 WHEEL_STAMP := $(DIST)/.built
 PACKAGED := pyproject.toml setup.py MANIFEST.in README.md $(shell find bridge projections migrations ops/packaging \
   -name '*.py' -o -name '*.ini' -o -name '*.mako' -o -name '*.properties' 2>/dev/null)
+HELM_VERSION := v3.22.0
+HELM := .cache/helm/$(HELM_VERSION)/helm
 
 help: ## show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -66,6 +69,14 @@ sysdeps: ## install Prometheus (promtool, prometheus) from Debian's packages whe
 	else \
 	  echo "no C compiler for mypyc: run \`sudo apt-get install gcc\`" >&2; exit 1; \
 	fi
+	@if [ -x $(HELM) ]; then \
+	  echo "helm $(HELM_VERSION) for the chart tests: $(HELM)"; \
+	elif command -v go >/dev/null; then \
+	  echo "helm $(HELM_VERSION) for the chart tests: built from the Go module proxy with $$(go version | cut -d' ' -f3) into $(HELM) (once)"; \
+	else \
+	  echo "no Go toolchain to build helm $(HELM_VERSION) for the chart tests: install Go (https://go.dev/dl/)," \
+	    "or put helm $(HELM_VERSION) at $(HELM)" >&2; exit 1; \
+	fi
 
 mssql-driver: $(STAMP) ## SQL Server tests: unixODBC (apt), pyodbc and Microsoft's ODBC Driver 18 (PyPI), registered in .run/odbc
 	@ldconfig -p | grep -q 'libodbc\.so\.2 ' || { \
@@ -84,6 +95,12 @@ $(WHEEL_STAMP): $(STAMP) $(PACKAGED)
 
 wheel: $(WHEEL_STAMP) ## build the sdist and the wheel (per-event core compiled with mypyc) into .run/dist
 
+$(HELM):
+	@echo "building helm $(HELM_VERSION) from the Go module proxy into $(dir $(HELM))"
+	GOBIN=$(CURDIR)/$(dir $(HELM)) CGO_ENABLED=0 GOFLAGS=-buildvcs=false go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+helm: $(HELM) ## build the pinned helm (chart tests) into .cache/helm, once per machine
+
 jars: $(STAMP) ## resolve the Kafka broker, Spark Kafka connector, Delta, Kafka Connect and Debezium jars into .cache/jars
 	$(PY) ops/localstack.py jars kafka spark
 	$(PY) ops/connect.py jars
@@ -101,9 +118,10 @@ status: $(STAMP) ## show which stack processes run
 
 # sysdeps first, so the run says what it installs before it starts. -v: one line per test, so a long file shows
 # progress; the slowest tests are listed at the end (--durations in pyproject.toml).
-# The wheel comes first: the tests install it (tests/integration/ops/test_wheel.py).
-test: sysdeps $(STAMP) jars $(WHEEL_STAMP) $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
-	OUTBOX_TEST_DIST=$(CURDIR)/$(DIST) $(PY) -m pytest -v $(PYTEST_ARGS)
+# The wheel and helm come first: the tests install the one (tests/integration/ops/test_wheel.py) and render the chart
+# with the other (test_helm_chart.py).
+test: sysdeps $(STAMP) jars $(WHEEL_STAMP) $(HELM) $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
+	OUTBOX_TEST_DIST=$(CURDIR)/$(DIST) OUTBOX_HELM=$(CURDIR)/$(HELM) $(PY) -m pytest -v $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-compiled
 
 test-compiled: $(STAMP) $(WHEEL_STAMP) ## the unit tests again, on a copy with the wheel's compiled core (.run/compiled)
@@ -114,7 +132,7 @@ test-unit: $(STAMP) ## run only the fast unit tests
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff and mypy (strict on bridge/ and projections/)
-	$(VENV)/bin/ruff check bridge projections tests ops bench migrations
+	$(VENV)/bin/ruff check bridge projections tests ops bench migrations setup.py
 	$(VENV)/bin/mypy bridge projections
 
 demo: $(STAMP) jars ## run the end-to-end demo on embedded defaults (starts Kafka and leaves it running: `make down`)
@@ -126,4 +144,4 @@ bench: $(STAMP) jars ## run the benchmark suite; results go to docs/BENCHMARKS.m
 clean: down ## stop the stack and remove .run (keeps .venv and .cache)
 	rm -rf .run
 
-.PHONY: help venv sysdeps mssql-driver wheel jars up down status test test-compiled test-unit lint demo bench clean
+.PHONY: help venv sysdeps mssql-driver wheel helm jars up down status test test-compiled test-unit lint demo bench clean
