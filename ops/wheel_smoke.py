@@ -219,7 +219,9 @@ def read_topic(bootstrap: str, topic: str, wanted: set[str], timeout: float = 60
             message = consumer.poll(0.5)
             if message is None or message.error() is not None:
                 continue
-            seen.update(value.decode() for key, value in message.headers() or [] if key == "event_id" and value)
+            for header in message.headers() or []:
+                if header[0] == "event_id" and isinstance(header[1], bytes):
+                    seen.add(header[1].decode())
     finally:
         consumer.close()
     return seen

@@ -5,6 +5,8 @@
 #   <image> executor                    a Spark executor, as Spark on Kubernetes starts one: it runs the image with
 #                                       the single argument `executor` and passes everything else in SPARK_*
 #                                       variables (the driver's URL, the executor's id, cores and memory, its pod)
+#   <image> driver ...                  the driver of an application submitted in cluster mode, as Spark on
+#                                       Kubernetes starts it (`driver --properties-file ... <app> <args>`)
 #   <image> spark-submit ...            any other command, as it is (the Helm chart's projection Jobs)
 #
 # An image of the project's own instead of Spark's: the executors must run the same Python, wheel and jars as the
@@ -28,6 +30,10 @@ case "${1:-list}" in
       --driver-url "$SPARK_DRIVER_URL" --executor-id "$SPARK_EXECUTOR_ID" --cores "$SPARK_EXECUTOR_CORES" \
       --app-id "$SPARK_APPLICATION_ID" --hostname "$SPARK_EXECUTOR_POD_IP" \
       --resourceProfileId "$SPARK_RESOURCE_PROFILE_ID" --podName "$SPARK_EXECUTOR_POD_NAME"
+    ;;
+  driver)
+    shift
+    exec spark-submit --conf "spark.driver.bindAddress=$SPARK_DRIVER_BIND_ADDRESS" --deploy-mode client "$@"
     ;;
   spark-submit | spark-class | python | python3 | bash | sh)
     exec "$@"

@@ -75,7 +75,7 @@ def test_without_a_c_compiler_a_wheel_that_must_be_compiled_fails(backend: Modul
 
 def test_an_unknown_mode_is_refused_with_the_choices(backend: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OUTBOX_COMPILE_CORE", "yes")
-    with pytest.raises(SystemExit, match="give auto .* 1 .* or 0"):
+    with pytest.raises(SystemExit, match=r"give auto .* 1 .* or 0"):
         backend.mode()
 
 
