@@ -50,7 +50,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install the project with its pinned dependencies
 
-sysdeps: ## install Prometheus (promtool, prometheus) from Debian's packages when missing, its service left off
+sysdeps: ## install Prometheus (its service left off) and a C compiler from Debian's packages when missing; check for Go (helm)
 	@if command -v promtool >/dev/null && command -v prometheus >/dev/null; then \
 	  echo "Prometheus for the alert-rule and scrape tests: promtool and prometheus are installed"; \
 	elif [ "$$(id -u)" = 0 ]; then \
@@ -138,7 +138,7 @@ lint: $(STAMP) ## ruff and mypy (strict on bridge/ and projections/)
 demo: $(STAMP) jars ## run the end-to-end demo on embedded defaults (starts Kafka and leaves it running: `make down`)
 	$(PY) -m bridge.demo
 
-bench: $(STAMP) jars ## run the benchmark suite; results go to docs/BENCHMARKS.md
+bench: $(STAMP) jars ## run the benchmark suite on the bridge installed from the wheel; results go to docs/BENCHMARKS.md
 	$(PY) -m bench.run
 
 clean: down ## stop the stack and remove .run (keeps .venv and .cache)
