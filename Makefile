@@ -101,8 +101,11 @@ $(HELM):
 
 helm: $(HELM) ## build the pinned helm (chart tests) into .cache/helm, once per machine
 
-jars: $(STAMP) ## resolve the Kafka broker, Spark Kafka connector, Delta, Kafka Connect and Debezium jars into .cache/jars
+demo-jars: $(STAMP) ## resolve the jars the demo runs on into .cache/jars: the Kafka broker, Spark's Kafka connector, Delta
 	$(PY) ops/localstack.py jars kafka spark
+
+# Kafka Connect and Debezium (about 42 MB) only for the record-format test and the benchmark: not for the demo.
+jars: demo-jars ## resolve those and the Kafka Connect and Debezium jars into .cache/jars
 	$(PY) ops/connect.py jars
 
 up: $(STAMP) ## start Kafka (BROKERS=1 or 3; SECURE=1: SASL_SSL, TLS, ACLs) and PostgreSQL on loopback; writes .run/stack.env (SPARK=standalone: a Spark cluster too)
@@ -135,7 +138,7 @@ lint: $(STAMP) ## ruff and mypy (strict on bridge/ and projections/)
 	$(VENV)/bin/ruff check bridge projections tests ops bench migrations setup.py
 	$(VENV)/bin/mypy bridge projections
 
-demo: $(STAMP) jars ## run the end-to-end demo on embedded defaults (starts Kafka and leaves it running: `make down`)
+demo: $(STAMP) demo-jars ## run the end-to-end demo on embedded defaults (starts Kafka and leaves it running: `make down`)
 	$(PY) -m bridge.demo
 
 bench: $(STAMP) jars ## run the benchmark suite on the bridge installed from the wheel; results go to docs/BENCHMARKS.md
@@ -144,4 +147,4 @@ bench: $(STAMP) jars ## run the benchmark suite on the bridge installed from the
 clean: down ## stop the stack and remove .run (keeps .venv and .cache)
 	rm -rf .run
 
-.PHONY: help venv sysdeps mssql-driver wheel helm jars up down status test test-compiled test-unit lint demo bench clean
+.PHONY: help venv sysdeps mssql-driver wheel helm demo-jars jars up down status test test-compiled test-unit lint demo bench clean

@@ -43,6 +43,7 @@ from bridge.kafka.producer_settings import (
     is_secret_producer_key,
     producer_settings,
 )
+from bridge.kafka.topics import TopicPolicy
 from bridge.layered_settings import LayeredSettings, TomlFile
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType(
         "dlq_topic": "BRIDGE_DLQ_TOPIC",
         "topic_partitions": "BRIDGE_TOPIC_PARTITIONS",
         "replication_factor": "BRIDGE_REPLICATION_FACTOR",
+        "topic_retention": "BRIDGE_TOPIC_RETENTION",
         "allow_create_topics": "BRIDGE_ALLOW_CREATE_TOPICS",
         "allow_single_broker": "BRIDGE_ALLOW_SINGLE_BROKER",
         "metrics_port": "BRIDGE_METRICS_PORT",
@@ -81,6 +83,10 @@ ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType(
         "log_level": "BRIDGE_LOG_LEVEL",
         "retention": "BRIDGE_RETENTION",
         "retention_interval_s": "BRIDGE_RETENTION_INTERVAL_S",
+        "retention_hold_alert_after": "BRIDGE_RETENTION_HOLD_ALERT_AFTER",
+        "dead_letter_alert_after": "BRIDGE_DEAD_LETTER_ALERT_AFTER",
+        "start_from": "BRIDGE_START_FROM",
+        "startup_alert_after": "BRIDGE_STARTUP_ALERT_AFTER",
         "kafka_security_protocol": "KAFKA_SECURITY_PROTOCOL",
         "kafka_sasl_mechanism": "KAFKA_SASL_MECHANISM",
         "kafka_sasl_username": "KAFKA_SASL_USERNAME",
@@ -135,6 +141,16 @@ def parse_duration(text: str) -> timedelta:
     if not match:
         raise ValueError(f"{text!r} is not a duration")
     return timedelta(**{_DURATION_UNITS[match.group(2)]: int(match.group(1))})
+
+
+def parse_start_from(value: str) -> str:
+    """`--start-from`: `earliest` or a seq (a whole number from 1), normalised; ValueError otherwise."""
+    text = value.strip().lower()
+    if text == "earliest":
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return str(int(text))
+    raise ValueError(f"{value!r} is neither `earliest` nor a seq")
 
 
 def is_legal_topic_name(name: str) -> bool:
@@ -287,6 +303,13 @@ class TopicSection:
     replication_factor: int
     allow_create: bool
     allow_single_broker: bool
+    retention_ms: int  # of topics it creates; -1 keeps every record
+    outbox_retention: timedelta | None  # BRIDGE_RETENTION, named in the topics' history findings
+
+    def policy(self) -> TopicPolicy:
+        """What the topic guard creates and checks topics against."""
+        return TopicPolicy(self.partitions, self.replication_factor, self.allow_single_broker,
+                           retention_ms=self.retention_ms, outbox_retention=self.outbox_retention)
 
     def topic_for(self, aggregate_type: str) -> str:
         """The topic for an event of aggregate_type; ValueError if it would not be a legal topic name."""
@@ -312,6 +335,12 @@ class LoopSection:
     lease_timeout_s: float
     shutdown_timeout_s: float
     poison_policy: PoisonPolicy
+    #: Where a name starts when rows above its watermark are gone, or it is new or retired (`earliest`, a seq).
+    start_from: str | None = None
+    #: An open dead letter older than this is alerted on (the gauge `outbox_dead_letter_alert_after_seconds`).
+    dead_letter_alert_after_s: float = 3600.0
+    #: Starting (neither standing by nor leading) longer than this is alerted on (`outbox_startup_seconds`).
+    startup_alert_after_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +349,8 @@ class RetentionSection:
 
     period: timedelta
     interval_s: float
+    #: Another name holding retention back longer than this is alerted on (`outbox_retention_held_back_seconds`).
+    hold_alert_after_s: float = 6 * 3600.0
 
 
 class BridgeConfig(LayeredSettings):
@@ -359,10 +390,26 @@ class BridgeConfig(LayeredSettings):
     retention_interval_s: float = Field(
         default=300.0, ge=1, le=86_400, description="seconds between retention passes of the active instance"
     )
+    retention_hold_alert_after: str = Field(
+        default="6h", description="alert when another bridge name holds retention back this long (or leads no more)"
+    )
+    start_from: str | None = Field(
+        default=None,
+        description="where a new, retired or passed-over bridge name starts: earliest or a seq (audited)",
+    )
     poison_policy: PoisonPolicy = Field(default=PoisonPolicy.HALT, description="on an unpublishable event")
+    dead_letter_alert_after: str = Field(
+        default="1h", description="alert while a dead letter stays open longer than this"
+    )
+    startup_alert_after: str = Field(
+        default="5m", description="alert when an instance has been starting this long without standing by or leading"
+    )
     dlq_topic: str = Field(default="outbox.dlq.{bridge_name}", description="dead-letter topic")
     topic_partitions: int = Field(default=6, ge=1, le=10_000, description="partitions of topics it creates")
     replication_factor: int = Field(default=3, ge=1, le=32, description="replicas of topics it creates")
+    topic_retention: str = Field(
+        default="forever", description="how long topics it creates keep records: forever, or 90m, 12h, 30d, 2w"
+    )
     allow_create_topics: bool = Field(default=True, description="create missing topics")
     allow_single_broker: bool = Field(default=False, description="allow replication below 3 (development)")
     metrics_port: int = Field(default=9464, ge=0, le=65535, description="Prometheus port; 0 disables it")
@@ -414,6 +461,35 @@ class BridgeConfig(LayeredSettings):
         if parse_duration(value).total_seconds() == 0:  # ValueError names the value and the accepted forms
             raise ValueError(f"{value!r} would delete every row as soon as it is published; use e.g. 7d")
         return value.strip()
+
+    @field_validator("retention_hold_alert_after", "dead_letter_alert_after", "startup_alert_after")
+    @classmethod
+    def _alert_after(cls, value: str) -> str:
+        if parse_duration(value).total_seconds() == 0:  # ValueError names the value and the accepted forms
+            raise ValueError(f"{value!r} would alert at once; use e.g. 1h")
+        return value.strip()
+
+    @field_validator("start_from")
+    @classmethod
+    def _start_from(cls, value: str | None) -> str | None:
+        return None if value is None or value.strip() == "" else parse_start_from(value)
+
+    @field_validator("topic_retention")
+    @classmethod
+    def _topic_retention(cls, value: str) -> str:
+        value = value.strip()
+        if value.lower() == "forever":
+            return "forever"
+        if parse_duration(value).total_seconds() == 0:  # ValueError names the value and the accepted forms
+            raise ValueError(f"{value!r} would delete every record at once; use forever, or e.g. 30d")
+        return value
+
+    @property
+    def topic_retention_ms(self) -> int:
+        """`retention.ms` of topics the bridge creates: -1 (every record kept) for `forever`."""
+        if self.topic_retention == "forever":
+            return -1
+        return int(parse_duration(self.topic_retention).total_seconds() * 1000)
 
     @property
     def retention_period(self) -> timedelta | None:
@@ -600,6 +676,8 @@ class BridgeConfig(LayeredSettings):
             replication_factor=self.replication_factor,
             allow_create=self.allow_create_topics,
             allow_single_broker=self.allow_single_broker,
+            retention_ms=self.topic_retention_ms,
+            outbox_retention=self.retention_period,
         )
 
     @property
@@ -614,13 +692,18 @@ class BridgeConfig(LayeredSettings):
             lease_timeout_s=self.lease_timeout_s,
             shutdown_timeout_s=self.shutdown_timeout_s,
             poison_policy=self.poison_policy,
+            start_from=self.start_from,
+            dead_letter_alert_after_s=parse_duration(self.dead_letter_alert_after).total_seconds(),
+            startup_alert_after_s=parse_duration(self.startup_alert_after).total_seconds(),
         )
 
     @property
     def retention_section(self) -> RetentionSection | None:
         """Retention while leading, or None when every row is kept."""
         period = self.retention_period
-        return None if period is None else RetentionSection(period=period, interval_s=self.retention_interval_s)
+        return None if period is None else RetentionSection(
+            period=period, interval_s=self.retention_interval_s,
+            hold_alert_after_s=parse_duration(self.retention_hold_alert_after).total_seconds())
 
     def masked(self) -> dict[str, Any]:
         """Every setting as plain values for the start-up log, with credentials masked."""
@@ -809,6 +892,12 @@ _ACCEPTED_TEXT: Final[Mapping[str, str]] = MappingProxyType(
         "producer_extra": "a table/JSON object of librdkafka settings with string, number or boolean values",
         "metrics_host": "a host name or IP address to listen on",
         "retention": "a positive number and a unit (s, m, h, d, w), e.g. 90m, 12h, 7d, 2w; unset keeps every row",
+        "retention_hold_alert_after": "a positive number and a unit (s, m, h, d, w), e.g. 6h",
+        "dead_letter_alert_after": "a positive number and a unit (s, m, h, d, w), e.g. 1h",
+        "startup_alert_after": "a positive number and a unit (s, m, h, d, w), e.g. 5m",
+        "start_from": "earliest (the oldest row still in the outbox) or a seq, e.g. 1201",
+        "topic_retention": "forever (every record kept: retention.ms=-1), or a positive number and a unit "
+                           "(s, m, h, d, w), e.g. 30d, 2w",
     }
 )
 

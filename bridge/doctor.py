@@ -33,7 +33,9 @@ from bridge.kafka.acl_check import AclFinding, bridge_acl_findings
 from bridge.kafka.reachability import quiet_client_settings
 from bridge.kafka.topics import TopicGuard, TopicPolicy
 from bridge.schema import domain_events
+from bridge.store import dead_letters, instances
 from bridge.store.access import grant_statements, login, missing_privileges
+from bridge.store.deletable import deletable
 from bridge.store.engine import make_engine, make_reader
 from bridge.store.invariants import never_skip_problems
 from bridge.store.offsets import OffsetStore
@@ -127,6 +129,10 @@ class BridgeDoctor:
             ("lease", self._lease, "migrated"),
             ("watermark", self._watermark, "migrated"),
             ("horizon", self._horizon, "migrated"),
+            ("history", self._history, "migrated"),
+            ("dead letters", self._dead_letters, "migrated"),
+            ("names", self._names, "migrated"),
+            ("instances", self._instances, "migrated"),
             ("retention", self._retention, "migrated"),
             ("kafka", self._kafka, None),
             ("topics", self._topics, "kafka"),
@@ -293,16 +299,81 @@ class BridgeDoctor:
                       "commit or end that transaction (PostgreSQL: pg_terminate_backend(pid); SQL Server: KILL "
                       "session); events behind it are published once it ends")]
 
+    def _history(self) -> list[Check]:
+        """Whether this name may lead from its watermark: nothing above it deleted, not retired."""
+        found = OffsetStore(self._engine_or_connect(), self.config.bridge_name).history(self._found.watermark)
+        retired = found.retired_at is not None
+        if found.deleted is None and not retired:
+            return [Check("history", Verdict.OK, f"every row above the watermark {found.watermark} is still in "
+                          "the outbox")]
+        summary = (f"bridge name {self.config.bridge_name!r} was retired at {found.retired_at}" if retired
+                   else f"above the watermark {found.watermark}, {found.deleted.describe() if found.deleted else ''}")
+        return [Check("history", Verdict.FAILED, f"{summary}: the bridge refuses to lead (exit code 10)",
+                      "publish what its consumers need from another source, then `outbox-bridge run --start-from "
+                      "earliest` (or a seq; audited); see docs/OPERATIONS.md, several bridge names on one outbox")]
+
+    def _dead_letters(self) -> list[Check]:
+        with self._connection() as conn:
+            found = dead_letters.open_summary(conn, self.config.bridge_name)
+        if not found.count:
+            return [Check("dead letters", Verdict.OK, "none open")]
+        age = (datetime.now(UTC) - found.oldest_at).total_seconds() if found.oldest_at else 0.0
+        return [Check("dead letters", Verdict.WARNING,
+                      f"{found.count} open, the oldest {age:.0f}s old: their consumers never saw them, and the outbox "
+                      "keeps their rows", "`outbox-bridge dead-letters list`; fix the cause, then `dead-letters "
+                      "republish SEQ` or `dead-letters resolve SEQ --reason ...`")]
+
+    def _instances(self) -> list[Check]:
+        """Instances of this name that are starting and failing a step (each reports its own state)."""
+        with self._connection() as conn:
+            running = instances.listed(conn, self.config.bridge_name)
+        stuck = [i for i in running if i["state"] == instances.STARTING and i["step"]]
+        if not stuck:
+            states = ", ".join(f"{i['instance']} {i['state']}" for i in running) or "none reported"
+            return [Check("instances", Verdict.OK, f"running instances: {states}")]
+        return [Check("instances", Verdict.WARNING,
+                      f"instance {i['instance']} cannot start: step {i['step']!r} failed {i['attempts']} time(s) "
+                      f"since {i['failing_since']} (last at {i['updated_at']}): {i['error']}",
+                      "see docs/OPERATIONS.md#outboxbridgenotstarting; a row left by an instance that crashed "
+                      "shows an old time and can be ignored")
+                for i in stuck]
+
+    def _names(self) -> list[Check]:
+        from bridge.names import list_names
+
+        checks = []
+        for name in list_names(self.config):
+            if name["bridge_name"] == self.config.bridge_name or name["retired_at"]:
+                continue
+            held = " and holds retention back" if name["holds_retention_back"] else ""
+            if name["not_led_for_long"]:
+                checks.append(Check("names", Verdict.WARNING,
+                                    f"bridge name {name['bridge_name']!r} (watermark {name['watermark']}) has not led "
+                                    f"since {name['last_led_at'] or 'it was registered'}{held}",
+                                    f"start it, or if it is gone for good: `outbox-bridge names retire "
+                                    f"{name['bridge_name']} --reason ...`"))
+            else:
+                checks.append(Check("names", Verdict.OK, f"bridge name {name['bridge_name']!r} at watermark "
+                                    f"{name['watermark']}{held}"))
+        return checks or [Check("names", Verdict.OK, f"{self.config.bridge_name!r} is the only bridge name on the "
+                                "outbox")]
+
     def _retention(self) -> list[Check]:
         period = self.config.retention_period
         with self._connection() as conn:
             oldest = conn.execute(select(domain_events.c.occurred_at).order_by(domain_events.c.seq).limit(1)).scalar()
             rows = int(conn.execute(text("SELECT COUNT(*) FROM domain_events")).scalar() or 0)
+            held = deletable(conn, self.config.bridge_name) if period is not None else None
         if period is None:
             return [Check("retention", Verdict.OK, f"off: every row is kept ({rows} rows)",
                           "to bound the outbox set BRIDGE_RETENTION (e.g. 7d) or run `outbox-bridge cleanup`")]
         summary = f"rows older than {self.config.retention} are deleted every {self.config.retention_interval_s:g}s " \
-                  f"once published ({rows} rows)"
+                  f"once every bridge name published them ({rows} rows)"
+        if held is not None and held.held_back_by is not None:
+            return [Check("retention", Verdict.WARNING, f"{summary}; bridge name {held.held_back_by!r} holds it back "
+                          f"at seq {held.held_back_at}",
+                          f"start that bridge, or retire the name: `outbox-bridge names retire {held.held_back_by} "
+                          "--reason ...`")]
         if oldest is not None:
             age = datetime.now(UTC) - _as_utc(oldest)
             overdue = age - period
@@ -361,9 +432,7 @@ class BridgeDoctor:
 
     def _topics(self) -> list[Check]:
         config = self.config
-        guard = TopicGuard(config.kafka.client_conf(),
-                           TopicPolicy(config.topic_partitions, config.replication_factor, config.allow_single_broker),
-                           timeout=self.kafka_timeout_s)
+        guard = TopicGuard(config.kafka.client_conf(), config.topics.policy(), timeout=self.kafka_timeout_s)
         topics = self._event_topics()
         dead_letter = config.poison_policy is PoisonPolicy.DEAD_LETTER
         if dead_letter:
@@ -391,10 +460,13 @@ class BridgeDoctor:
             elif report.problems:
                 checks.extend(_topic_problem(problem) for problem in report.problems)
             else:
+                kept = ", every record kept" if report.history is None else ""
                 checks.append(Check("topics", Verdict.OK,
                                     f"{topic}: replication factor {report.replication_factor}, min.insync.replicas "
-                                    f"{report.min_insync_replicas}, unclean leader election off"))
+                                    f"{report.min_insync_replicas}, unclean leader election off{kept}"))
             checks.extend(Check("topics", Verdict.WARNING, note) for note in report.notes)
+            if report.history is not None:
+                checks.append(Check("topics", Verdict.WARNING, report.history.summary, report.history.fix))
         return checks
 
     def _acls(self) -> list[Check]:

@@ -29,10 +29,13 @@ DIALECTS: Final = ("postgresql", "mssql")
 DEFAULT_WRITER: Final = "outbox_writer"
 DEFAULT_BRIDGE: Final = "outbox_bridge"
 DEFAULT_SCHEMA: Final = {"postgresql": "public", "mssql": "dbo"}
-#: The sequence behind `bridge_replay_audit.id` (a BIGSERIAL on PostgreSQL).
+#: The sequences behind `bridge_replay_audit.id` and `bridge_deletions.id` (BIGSERIALs on PostgreSQL).
 AUDIT_ID_SEQUENCE: Final = "bridge_replay_audit_id_seq"
-#: The bridge's own tables: the watermark and lease, and the replay audit.
-BRIDGE_TABLES: Final = ("bridge_offsets", "bridge_replay_audit")
+DELETIONS_ID_SEQUENCE: Final = "bridge_deletions_id_seq"
+#: The bridge's own tables: the watermark and lease, the replay audit, dead letters and the record of deletions.
+BRIDGE_TABLES: Final = ("bridge_offsets", "bridge_replay_audit", "bridge_dead_letters", "bridge_deletions")
+#: Each running instance's state: an instance adds, updates and (stopping) removes its own row.
+INSTANCES_TABLE: Final = "bridge_instances"
 
 # Unquoted identifiers only, so a name means the same in a GRANT, a catalog lookup and a login string.
 _NAME = {"postgresql": re.compile(r"[a-z_][a-z0-9_]{0,62}"), "mssql": re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")}
@@ -96,6 +99,8 @@ def statements(plan: RolePlan) -> list[Statement]:
 def _postgres(plan: RolePlan) -> list[Statement]:
     s, writer, bridge = plan.schema_name, plan.writer, plan.bridge
     events = f"{s}.domain_events"
+    own = ", ".join(f"{s}.{table}" for table in (*BRIDGE_TABLES, INSTANCES_TABLE))
+    tables = ", ".join(f"{s}.{table}" for table in BRIDGE_TABLES)
     out = [
         Statement(f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN "
                   f"CREATE ROLE {role} NOLOGIN; END IF; END $$",
@@ -107,9 +112,10 @@ def _postgres(plan: RolePlan) -> list[Statement]:
                   "current_database()); END $$", "both connect to this database"),
         Statement(f"GRANT USAGE ON SCHEMA {s} TO {writer}, {bridge}", "both see the outbox's schema"),
         # Exactly what follows, whatever was granted before (e.g. DELETE while retention was on).
-        Statement(f"REVOKE ALL ON TABLE {events}, {s}.{BRIDGE_TABLES[0]}, {s}.{BRIDGE_TABLES[1]} "
-                  f"FROM {writer}, {bridge}", "start from nothing, so the grants below are exactly what each has"),
-        Statement(f"REVOKE ALL ON SEQUENCE {s}.{SEQ_SEQUENCE}, {s}.{AUDIT_ID_SEQUENCE} FROM {writer}, {bridge}"),
+        Statement(f"REVOKE ALL ON TABLE {events}, {own} FROM {writer}, {bridge}",
+                  "start from nothing, so the grants below are exactly what each has"),
+        Statement(f"REVOKE ALL ON SEQUENCE {s}.{SEQ_SEQUENCE}, {s}.{AUDIT_ID_SEQUENCE}, {s}.{DELETIONS_ID_SEQUENCE} "
+                  f"FROM {writer}, {bridge}"),
         Statement(f"GRANT INSERT ON TABLE {events} TO {writer}", "writer: append events, nothing else"),
         Statement(f"GRANT USAGE ON SEQUENCE {s}.{SEQ_SEQUENCE} TO {writer}",
                   f"writer: seq's default {SEQ_FUNCTION}() calls nextval() with the writer's rights"),
@@ -123,10 +129,13 @@ def _postgres(plan: RolePlan) -> list[Statement]:
         out.append(Statement(f"GRANT DELETE ON TABLE {events} TO {bridge}",
                              "bridge: retention (BRIDGE_RETENTION, outbox-bridge cleanup) deletes published rows"))
     out += [
-        Statement(f"GRANT SELECT, INSERT, UPDATE ON TABLE {s}.{BRIDGE_TABLES[0]}, {s}.{BRIDGE_TABLES[1]} "
-                  f"TO {bridge}", "bridge: its watermark and lease, and the replay audit"),
-        Statement(f"GRANT USAGE ON SEQUENCE {s}.{AUDIT_ID_SEQUENCE} TO {bridge}",
-                  "bridge: ids of replay audit rows (outbox-bridge replay)"),
+        Statement(f"GRANT SELECT, INSERT, UPDATE ON TABLE {tables} TO {bridge}",
+                  "bridge: its watermark and lease, the replay audit, its dead letters, and the record of what "
+                  "retention deleted (read by every bridge name before it leads)"),
+        Statement(f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE {s}.{INSTANCES_TABLE} TO {bridge}",
+                  "bridge: each instance's state (starting, standing by, leading), removed when it stops"),
+        Statement(f"GRANT USAGE ON SEQUENCE {s}.{AUDIT_ID_SEQUENCE}, {s}.{DELETIONS_ID_SEQUENCE} TO {bridge}",
+                  "bridge: ids of replay audit rows (outbox-bridge replay) and of deletion runs (retention)"),
         Statement(f"GRANT SELECT ON TABLE {s}.{VERSION_TABLE} TO {bridge}",
                   "bridge: the migration revision it checks at start (and `doctor` reports)"),
     ]
@@ -137,8 +146,8 @@ def _mssql(plan: RolePlan) -> list[Statement]:
     s, writer, bridge = plan.schema_name, f"[{plan.writer}]", f"[{plan.bridge}]"
     events = f"OBJECT::[{s}].[domain_events]"
     every = "SELECT, INSERT, UPDATE, DELETE, REFERENCES, ALTER, VIEW DEFINITION"
-    objects = (events, f"OBJECT::[{s}].[{MSSQL_TICKETS}]", f"OBJECT::[{s}].[{BRIDGE_TABLES[0]}]",
-               f"OBJECT::[{s}].[{BRIDGE_TABLES[1]}]")
+    objects = (events, f"OBJECT::[{s}].[{MSSQL_TICKETS}]",
+               *(f"OBJECT::[{s}].[{table}]" for table in (*BRIDGE_TABLES, INSTANCES_TABLE)))
     out = [
         Statement(f"IF DATABASE_PRINCIPAL_ID(N'{role}') IS NULL CREATE ROLE [{role}]",
                   f"the {what} role: ALTER ROLE [{role}] ADD MEMBER <database user>")
@@ -166,9 +175,12 @@ def _mssql(plan: RolePlan) -> list[Statement]:
                              "bridge: retention (BRIDGE_RETENTION, outbox-bridge cleanup) deletes published rows"))
     out += [
         Statement(f"GRANT SELECT, INSERT, UPDATE ON OBJECT::[{s}].[{table}] TO {bridge}",
-                  "bridge: its watermark and lease, and the replay audit" if n == 0 else "")
+                  "bridge: its watermark and lease, the replay audit, its dead letters, and the record of what "
+                  "retention deleted" if n == 0 else "")
         for n, table in enumerate(BRIDGE_TABLES)
     ]
+    out.append(Statement(f"GRANT SELECT, INSERT, UPDATE, DELETE ON OBJECT::[{s}].[{INSTANCES_TABLE}] TO {bridge}",
+                         "bridge: each instance's state (starting, standing by, leading), removed when it stops"))
     out.append(Statement(f"GRANT SELECT ON OBJECT::[{s}].[{VERSION_TABLE}] TO {bridge}",
                          "bridge: the migration revision it checks at start (and `doctor` reports)"))
     return out

@@ -36,6 +36,14 @@ EPOCH: Final = "outbox_epoch"
 LAST_PERSIST_TIMESTAMP_SECONDS: Final = "outbox_last_persist_timestamp_seconds"
 COMMIT_TO_ACK_SECONDS: Final = "outbox_commit_to_ack_seconds"
 RETENTION_DELETED: Final = "outbox_retention_deleted_total"
+RETENTION_HELD_BACK_SECONDS: Final = "outbox_retention_held_back_seconds"
+RETENTION_HOLD_ALERT_AFTER_SECONDS: Final = "outbox_retention_hold_alert_after_seconds"
+DEAD_LETTERS_OPEN: Final = "outbox_dead_letters_open"
+DEAD_LETTER_OLDEST_AGE_SECONDS: Final = "outbox_dead_letter_oldest_age_seconds"
+DEAD_LETTER_ALERT_AFTER_SECONDS: Final = "outbox_dead_letter_alert_after_seconds"
+STARTUP_SECONDS: Final = "outbox_startup_seconds"
+STARTUP_FAILURES: Final = "outbox_startup_failures_total"
+STARTUP_ALERT_AFTER_SECONDS: Final = "outbox_startup_alert_after_seconds"
 
 METRIC_NAMES: Final = (
     EVENTS_PUBLISHED,
@@ -57,6 +65,14 @@ METRIC_NAMES: Final = (
     LAST_PERSIST_TIMESTAMP_SECONDS,
     COMMIT_TO_ACK_SECONDS,
     RETENTION_DELETED,
+    RETENTION_HELD_BACK_SECONDS,
+    RETENTION_HOLD_ALERT_AFTER_SECONDS,
+    DEAD_LETTERS_OPEN,
+    DEAD_LETTER_OLDEST_AGE_SECONDS,
+    DEAD_LETTER_ALERT_AFTER_SECONDS,
+    STARTUP_SECONDS,
+    STARTUP_FAILURES,
+    STARTUP_ALERT_AFTER_SECONDS,
 )
 
 _HISTOGRAMS: Final = frozenset({COMMIT_TO_ACK_SECONDS})
@@ -147,6 +163,49 @@ class BridgeMetrics:
         self.retention_deleted = Counter(
             RETENTION_DELETED,
             "Published rows deleted from the outbox by the retention setting (BRIDGE_RETENTION).",
+            registry=r,
+        )
+        self.retention_held_back_seconds = Gauge(
+            RETENTION_HELD_BACK_SECONDS,
+            "How long rows this bridge has published, past the retention period, have waited for another "
+            "bridge name (held_by) to publish them; 0 when none waits. Set by each retention pass.",
+            ["held_by"],
+            registry=r,
+        )
+        self.retention_hold_alert_after_seconds = Gauge(
+            RETENTION_HOLD_ALERT_AFTER_SECONDS,
+            "BRIDGE_RETENTION_HOLD_ALERT_AFTER in seconds: the alert on outbox_retention_held_back_seconds.",
+            registry=r,
+        )
+        self.dead_letters_open = Gauge(
+            DEAD_LETTERS_OPEN,
+            "Dead letters of this bridge name not yet republished or resolved; their rows are kept.",
+            registry=r,
+        )
+        self.dead_letter_oldest_age_seconds = Gauge(
+            DEAD_LETTER_OLDEST_AGE_SECONDS, "Age of the oldest open dead letter; 0 when none is open.", registry=r
+        )
+        self.dead_letter_alert_after_seconds = Gauge(
+            DEAD_LETTER_ALERT_AFTER_SECONDS,
+            "BRIDGE_DEAD_LETTER_ALERT_AFTER in seconds: the alert on outbox_dead_letter_oldest_age_seconds.",
+            registry=r,
+        )
+        self.startup_seconds = Gauge(
+            STARTUP_SECONDS,
+            "How long this instance has been starting (checking the outbox and Kafka, reaching the lease) "
+            "without standing by or leading yet; 0 once it stands by or leads.",
+            registry=r,
+        )
+        self.startup_failures = Counter(
+            STARTUP_FAILURES,
+            "Failed attempts at a start-up step, by step (schema revision, seq path, login's rights, kafka, "
+            "lease, history).",
+            ["step"],
+            registry=r,
+        )
+        self.startup_alert_after_seconds = Gauge(
+            STARTUP_ALERT_AFTER_SECONDS,
+            "BRIDGE_STARTUP_ALERT_AFTER in seconds: the alert on outbox_startup_seconds.",
             registry=r,
         )
         self.producer_rebuilds = Counter(

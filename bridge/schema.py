@@ -188,6 +188,10 @@ bridge_offsets = Table(
     Column("heartbeat_at", UtcTimestamp(), nullable=True),
     Column("updated_at", UtcTimestamp(), nullable=False, server_default=utc_now()),
     Column("status_json", LongText, nullable=True),
+    # An operator retired the name (`outbox-bridge names retire`): it no longer holds retention back, and it
+    # leads again only when told where to start (revision 0004).
+    Column("retired_at", UtcTimestamp(), nullable=True),
+    Column("retired_reason", LongText, nullable=True),
 )
 
 bridge_replay_audit = Table(
@@ -206,9 +210,69 @@ bridge_replay_audit = Table(
     Column("status", String(32), nullable=False, server_default="pending"),
 )
 
-#: `bridge_replay_audit.mode` and `.status` values.
-REPLAY_MODES: Final = ("rewind", "range")
-REPLAY_STATUSES: Final = ("pending", "applied", "refused", "done")
+#: `bridge_replay_audit.mode` and `.status` values. Besides replays (`rewind`, `range`) the table audits
+#: the other operator actions that decide what a name publishes or what the outbox keeps: a start past
+#: deleted rows (`start`), retiring a name (`retire`) and resolving dead letters (`resolve`).
+REPLAY_MODES: Final = ("rewind", "range", "start", "retire", "resolve")
+REPLAY_STATUSES: Final = ("pending", "applied", "refused", "done", "failed")
+
+#: A poison row a bridge name sent to its dead-letter topic (policy `dead-letter`). Written in the same
+#: transaction that persists a watermark past the row, so it exists before retention could delete the
+#: row; retention and `cleanup` keep the row while any name's dead letter for it is open.
+bridge_dead_letters = Table(
+    "bridge_dead_letters",
+    metadata,
+    Column("bridge_name", String(200), primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("event_id", Unicode(100), nullable=False),
+    Column("aggregate_type", Unicode(255), nullable=False),
+    Column("aggregate_id", Unicode(255), nullable=False),
+    Column("reason", LongText, nullable=False),
+    Column("dead_letter_topic", Unicode(255), nullable=False),
+    Column("payload_bytes", BigInteger, nullable=False),
+    #: 1 when the dead-letter copy had to be cut to fit its topic (the whole event is only in the outbox).
+    Column("payload_truncated", Integer, nullable=False, server_default=text("0")),
+    Column("dead_lettered_at", UtcTimestamp(), nullable=False, server_default=utc_now()),
+    Column("status", String(16), nullable=False, server_default="open"),
+    Column("resolved_at", UtcTimestamp(), nullable=True),
+    Column("resolved_by", Unicode(255), nullable=True),
+    Column("resolution", LongText, nullable=True),
+)
+
+#: `bridge_dead_letters.status`: open until an operator republishes it (`republished`) or says why not
+#: (`resolved`); only then may retention delete the row.
+DEAD_LETTER_STATUSES: Final = ("open", "resolved", "republished")
+
+#: Each running instance of a bridge name and its state: `starting` (with the start-up step that keeps
+#: failing, how often and since when), `standing-by` or `leading`. Written best effort by the instance
+#: itself, removed when it stops; `status` and `doctor` read it (revision 0004).
+bridge_instances = Table(
+    "bridge_instances",
+    metadata,
+    Column("bridge_name", String(200), primary_key=True),
+    Column("instance", Unicode(255), primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("step", Unicode(64), nullable=True),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("failing_since", UtcTimestamp(), nullable=True),
+    Column("error", LongText, nullable=True),
+    Column("updated_at", UtcTimestamp(), nullable=False, server_default=utc_now()),
+)
+
+#: What retention and `cleanup` deleted, one row per run (updated batch by batch, each in the batch's own
+#: transaction): a bridge whose watermark is below `through_seq` would otherwise pass deleted rows over as
+#: rolled-back holes, so it refuses to lead instead (`bridge.daemon.history`).
+bridge_deletions = Table(
+    "bridge_deletions",
+    metadata,
+    Column("id", SeqType, primary_key=True, autoincrement=True),
+    Column("first_seq", BigInteger, nullable=False),
+    Column("through_seq", BigInteger, nullable=False, index=True),
+    Column("row_count", BigInteger, nullable=False, server_default=text("0")),
+    Column("deleted_by", Unicode(255), nullable=False),
+    Column("started_at", UtcTimestamp(), nullable=False, server_default=utc_now()),
+    Column("finished_at", UtcTimestamp(), nullable=False, server_default=utc_now()),
+)
 
 
 @event.listens_for(metadata, "before_create")

@@ -9,11 +9,17 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 
 from bridge.config import BridgeConfig
 from bridge.kafka.access import check_connection
-from bridge.kafka.topics import TopicGuard, TopicPolicy
+from bridge.kafka.topic_history import describe_bytes, describe_ms
+from bridge.kafka.topics import TopicGuard, TopicReport
+from bridge.store import dead_letters, instances
+from bridge.store.deletable import deletable, deleted_above
 from bridge.store.engine import make_engine, make_reader
+from bridge.store.failures import store_error
 from bridge.store.offsets import OffsetStore
 
 EXIT_UNSAFE = 4
@@ -31,6 +37,7 @@ def collect_status(config: BridgeConfig) -> dict[str, Any]:
         now = datetime.now(UTC)
         lease_active = bool(row and row.owner and row.lease_expires_at and row.lease_expires_at > now)
         reported = row.status if row else {}
+        kept = _kept(engine, config.bridge_name, watermark, now)
         return {
             "bridge_name": config.bridge_name,
             "watermark": watermark,
@@ -47,9 +54,32 @@ def collect_status(config: BridgeConfig) -> dict[str, Any]:
             "holes_settled": reported.get("holes_settled"),
             "last_error": reported.get("last_error"),
             "halted_at_seq": reported.get("halted_at_seq"),
+            "retired_at": row.retired_at.isoformat(timespec="seconds") if row and row.retired_at else None,
+            **kept,
         }
     finally:
         engine.dispose()
+
+
+def _kept(engine: Engine, name: str, watermark: int, now: datetime) -> dict[str, Any]:
+    """What the outbox keeps for whom: open dead letters, the name holding retention back, and rows this name
+    needed that cleanup deleted (it then refuses to lead)."""
+    try:
+        with engine.connect() as conn:
+            letters = dead_letters.open_summary(conn, name)
+            running = instances.listed(conn, name)
+            limit = deletable(conn, name)
+            gone = deleted_above(conn, watermark)
+    except DBAPIError as exc:
+        raise store_error(exc, "reading dead letters, retention and deletions") from exc
+    return {
+        "dead_letters_open": letters.count,
+        "oldest_dead_letter_age_s": round((now - letters.oldest_at).total_seconds()) if letters.oldest_at else None,
+        "retention_held_back_by": (
+            {"bridge_name": limit.held_back_by, "up_to_seq": limit.held_back_at} if limit.held_back_by else None),
+        "rows_gone_above_watermark": gone.describe() if gone is not None else None,
+        "instances": running,
+    }
 
 
 def render_status(status: dict[str, Any]) -> None:
@@ -65,12 +95,13 @@ def render_status(status: dict[str, Any]) -> None:
 
 
 def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topics: list[str]) -> int:
-    """Check (or ensure) every topic the bridge writes: one per aggregate type in the outbox, plus the DLQ."""
+    """Check (or ensure) every topic the bridge writes: one per aggregate type in the outbox, plus the DLQ.
+
+    `ensure` creates a missing topic (when allowed), fixes what is unsafe and lengthens a retention shorter than
+    BRIDGE_TOPIC_RETENTION; it never shortens one. A finite history is a warning: exit 0, unless a topic is
+    unsafe (exit 4)."""
     check_connection(config.kafka.client_conf())  # refused credentials or certificate: one clear error, now
-    guard = TopicGuard(
-        config.kafka.client_conf(),
-        TopicPolicy(config.topic_partitions, config.replication_factor, config.allow_single_broker),
-    )
+    guard = TopicGuard(config.kafka.client_conf(), config.topics.policy())
     topics = sorted(set(_event_topics(config)) | set(extra_topics) | {config.dlq_topic_name})
     reports = []
     for topic in topics:
@@ -79,7 +110,7 @@ def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topic
             if not report.exists and config.allow_create_topics:
                 guard.create(topic)
                 report = guard.settle(topic)
-            elif report.problems:
+            elif report.exists and guard.fixes(report):
                 guard.fix(report)
                 report = guard.settle(topic)
         reports.append(report)
@@ -88,14 +119,32 @@ def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topic
         print(json.dumps([asdict(r) | {"safe": r.safe} for r in reports], indent=2, default=str))
     else:
         table = Table(title="bridge topics")
-        for column in ("topic", "partitions", "rf", "min isr", "unclean", "verdict"):
+        for column in ("topic", "partitions", "rf", "min isr", "unclean", "retention", "verdict"):
             table.add_column(column)
         for r in reports:
             verdict = "ok" if r.safe else "; ".join(r.problems)
+            if r.safe and r.history is not None:
+                verdict = "warning: finite history (below)"
             table.add_row(r.topic, str(r.partitions), str(r.replication_factor), str(r.min_insync_replicas),
-                          str(r.unclean_leader_election), verdict)
-        Console().print(table)
+                          str(r.unclean_leader_election), _retention(r), verdict)
+        console = Console()
+        console.print(table)
+        for r in reports:
+            if r.history is not None:
+                console.print(f"warning: {r.history.summary}\n  fix: {r.history.fix}", markup=False, highlight=False)
     return EXIT_UNSAFE if unsafe else 0
+
+
+def _retention(report: TopicReport) -> str:
+    retention = report.retention
+    if retention is None:
+        return "-"
+    if retention.keeps_every_record:
+        return "forever"
+    parts = [describe_ms(retention.ms)] if retention.ms >= 0 else []
+    parts += [describe_bytes(retention.bytes)] if retention.bytes >= 0 else []
+    parts += ["compacted"] if retention.compacted else []
+    return ", ".join(parts)
 
 
 def _event_topics(config: BridgeConfig) -> list[str]:

@@ -480,7 +480,7 @@ def pg_bin() -> Path:
         if os.geteuid() != 0:
             raise StackError("PostgreSQL server is not installed: `sudo apt-get install postgresql`, then retry")
         log("installing PostgreSQL from Debian's packages (first run only; its system service left off)")
-        subprocess.run([str(ROOT / "ops" / "apt-install.sh"), "postgresql"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([str(ROOT / "ops" / "apt-install.sh"), "postgresql"], check=True)  # a line per package
         candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
         if not candidates:
             raise StackError("apt-get installed postgresql but no /usr/lib/postgresql/*/bin/initdb was found")

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from projections.declaration import Projection
 from projections.envelope import ENVELOPE, ERROR, decode
+from projections.history import HistoryStart
 from projections.horizon import DedupHorizon, Floor
 from projections.kind import Batch
 from projections.kinds.base import highest_seq
@@ -55,6 +56,7 @@ class BatchApplier:
         metrics: ProjectionMetrics | None = None,
         observation: BatchObservation | None = None,
         checkpoint: str | None = None,
+        history: HistoryStart | None = None,
     ) -> None:
         self.projection = projection
         self.payload = payload
@@ -65,6 +67,8 @@ class BatchApplier:
         #: are applied in one pass (`apply_observed`), and `checkpoint`'s offset log gives their end offsets.
         self.observation = observation
         self.checkpoint = checkpoint
+        #: Where the history of a table built from scratch starts: noted in the progress record it creates.
+        self.history = history
         self._progress: Progress | None = None
         #: Seconds each step of the last batch took (`apply`), for the "batch applied" log line and profiles.
         self.phases: dict[str, float] = {}
@@ -283,6 +287,7 @@ class BatchApplier:
                 projection=self.projection.name,
                 kind=self.projection.kind.name,
                 table=self.lake.table(self.projection.name),
+                history=None if self.history is None else self.history.as_record(),
             )
         return self._progress
 

@@ -61,9 +61,16 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-offsets-per-trigger", type=int, metavar="N",
                         help="at most N Kafka records per micro-batch (default: no limit)")
     parser.add_argument("--starting-offsets", metavar="earliest|latest",
-                        help="where a new checkpoint starts (default earliest); an existing one resumes")
+                        help="where a new checkpoint starts (default earliest); an existing one resumes. A table "
+                        "built from scratch from earliest is refused when Kafka has deleted a partition's first "
+                        "records (exit 5), unless --accept-truncated-history")
     parser.add_argument("--no-fail-on-data-loss", dest="fail_on_data_loss", action="store_false", default=None,
                         help="keep going when offsets vanished before being read (default: stop)")
+    parser.add_argument("--accept-truncated-history", action="store_true", default=None,
+                        help="build the table from scratch even though retention (or delete-records) has deleted "
+                        "the first records of a partition it reads from earliest: the table then lacks every event "
+                        "before the first offset kept. Without it that build is refused, naming the partitions "
+                        "and the first offsets kept; the progress record notes where the history starts")
     parser.add_argument("--metrics-port", type=int,
                         help="Prometheus port on the driver, 0 disables (PROJECTIONS_METRICS_PORT, 9465)")
     parser.add_argument("--metrics-host", help="Prometheus listen address (127.0.0.1)")
@@ -73,7 +80,8 @@ def _settings(args: argparse.Namespace) -> Any:
     from projections.settings import load_settings
 
     names = ("lake", "bootstrap_servers", "topic_template", "available_now", "trigger_interval_s",
-             "max_offsets_per_trigger", "starting_offsets", "fail_on_data_loss", "metrics_port", "metrics_host")
+             "max_offsets_per_trigger", "starting_offsets", "fail_on_data_loss", "metrics_port", "metrics_host",
+             "accept_truncated_history")
     flags: dict[str, Any] = {k: getattr(args, k, None) for k in names}
     if args.modules:
         flags["modules"] = ",".join(args.modules)
@@ -127,6 +135,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     plan = replay.plan_replay(projection, settings, request)
     if args.dry_run or not args.yes:
         print(json.dumps(plan.summary(), indent=2))
+    refusal = plan.refusal()
+    if refusal is not None:
+        raise RefusedError(refusal)
+    if args.dry_run or not args.yes:
         if not args.dry_run:
             print(f"Nothing changed. {plan.next_step()}", file=sys.stderr)
             return EXIT_REFUSED
@@ -193,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
         "in one Delta commit, then runs on as the live instance (or stops, with --available-now). With "
         "--in-place it resets the live checkpoint instead and relies on idempotency. A table built from a point "
         "other than earliest lacks what earlier events made, so that is refused unless --drop-earlier-state. "
+        "A table rebuilt from earliest when Kafka has deleted a partition's first records (retention, "
+        "delete-records) would lack every event before them: the dry run says so, naming the partitions and the "
+        "first offsets kept, and the replay is refused unless --accept-truncated-history. "
         "Exit codes: 0 done, 2 bad usage, 3 unknown projection, 5 refused (nothing changed).",
     )
     _common(p)

@@ -1,10 +1,11 @@
 """`outbox-projections doctor NAME`: what a projection depends on, checked without starting Spark.
 
-Kafka reachable and the projection's topics there, the lake path writable, the checkpoint and the table
-in agreement (a checkpoint without its table would resume past events the table never got), the
-projection's lock (is an instance running) and its progress record. The same checklist, verdicts and
-exit code as `outbox-bridge doctor`; every check bounded in time. On an object-store lake (s3a://, ...)
-the file checks need Spark's Hadoop file system and are reported as not checked.
+Kafka reachable and the projection's topics there (with their first records: a table rebuilt from earliest
+of a history cut by retention lacks them), the lake path writable, the checkpoint and the table in agreement
+(a checkpoint without its table would resume past events the table never got), the projection's lock (is an
+instance running) and its progress record. The same checklist, verdicts and exit code as `outbox-bridge
+doctor`; every check bounded in time. On an object-store lake (s3a://, ...) the file checks need Spark's
+Hadoop file system and are reported as not checked.
 """
 
 from __future__ import annotations
@@ -26,18 +27,18 @@ from bridge.doctor import render as render_checks
 from bridge.errors import OutboxError
 from bridge.kafka.reachability import quiet_client_settings
 from projections.declaration import Projection
-from projections.kafka_clients import consumer_conf
+from projections.history import ACCEPT_FLAG, find_history_start
+from projections.kafka_clients import client_conf
 from projections.lake import Lake, is_local, local_path
 from projections.progress import read_progress
 from projections.settings import Settings
+from projections.status import history_line
 
 
 def kafka_client_settings(settings: Settings) -> dict[str, Any]:
     """librdkafka settings for the projection's cluster: the same as replay's consumer
     (`projections.kafka_clients.consumer_conf`), without a group."""
-    conf = consumer_conf(settings, "unused")
-    conf.pop("group.id")
-    return conf
+    return client_conf(settings)
 
 
 class ProjectionDoctor:
@@ -102,8 +103,8 @@ class ProjectionDoctor:
             if not matched:
                 return [Check("topics", Verdict.WARNING, f"no topic matches the pattern {value!r} yet",
                               "the bridge creates each topic with its first event; check BRIDGE_TOPIC_TEMPLATE")]
-            return [Check("topics", Verdict.OK, f"pattern {value!r} matches {', '.join(matched)}")]
-        checks = []
+            return [Check("topics", Verdict.OK, f"pattern {value!r} matches {', '.join(matched)}"), *self._history()]
+        checks = self._history()
         for topic in value.split(","):
             if topic in existing:
                 checks.append(Check("topics", Verdict.OK, f"{topic} exists"))
@@ -114,6 +115,17 @@ class ProjectionDoctor:
                     "creates a topic with its first event (or `outbox-bridge topics ensure --topic "
                     f"{topic}`)"))
         return checks
+
+    def _history(self) -> list[Check]:
+        history = find_history_start(self.settings, self.projection, "earliest")
+        if not history.cut:
+            return []
+        return [Check("topics", Verdict.WARNING,
+                      f"Kafka has deleted the first records of {history.describe_cut()}: a table rebuilt from earliest "
+                      f"lacks every event before them (a replay or a new checkpoint is refused without "
+                      f"{ACCEPT_FLAG})",
+                      "`outbox-bridge topics check` shows each topic's retention; `outbox-bridge topics ensure` keeps "
+                      "every record from now on")]
 
     # ---------------------------------------------------------------------------------------- lake
 
@@ -190,7 +202,8 @@ class ProjectionDoctor:
             seconds = (datetime.now(UTC) - datetime.fromisoformat(progress.updated_at)).total_seconds()
             age = f" ({seconds:.0f}s ago)"
         return [Check("progress", Verdict.OK, f"batch {progress.batch_id} applied at {progress.updated_at}{age}, "
-                      f"max seq {progress.max_seq}, last event {progress.last_event_time}")]
+                      f"max seq {progress.max_seq}, last event {progress.last_event_time}; history "
+                      f"{history_line(progress.history)}")]
 
 
 _FIX: Final = {

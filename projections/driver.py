@@ -28,19 +28,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def check_kafka(settings: Settings, projection: Projection) -> None:
+def check_kafka(settings: Settings, projection: Projection) -> bool:
     """Refused credentials, an untrusted certificate or a topic the principal may not read: one clear error
     now (KafkaAccessError), not Spark's exception after its start, nor a consumer retrying; unreachable
-    brokers are left to the source's retries."""
+    brokers are left to the source's retries. Returns whether Kafka answered."""
     from bridge.kafka.access import check_connection, check_read_access
-    from projections.kafka_clients import consumer_conf
+    from projections.kafka_clients import client_conf
 
-    conf = consumer_conf(settings, "unused")
-    conf.pop("group.id")
-    if check_connection(conf):
-        option, value = projection.source_option(settings.topic_template)
-        if option == "subscribe":  # a pattern names no topic to ask about
-            check_read_access(conf, [topic for topic in value.split(",") if topic])
+    conf = client_conf(settings)
+    if not check_connection(conf):
+        return False
+    option, value = projection.source_option(settings.topic_template)
+    if option == "subscribe":  # a pattern names no topic to ask about
+        check_read_access(conf, [topic for topic in value.split(",") if topic])
+    return True
 
 
 def locked(lake: Lake, name: str) -> ProjectionLock:

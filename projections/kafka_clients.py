@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 from bridge.errors import ConfigurationError
 from bridge.kafka.acls import projection_group_prefix as group_prefix
 
-__all__ = ["consumer_conf", "group_prefix", "source_options"]
+__all__ = ["client_conf", "consumer_conf", "group_prefix", "source_options"]
 
 if TYPE_CHECKING:
     from projections.settings import Settings
@@ -62,6 +62,13 @@ def source_options(settings: Settings) -> dict[str, str]:
         options["kafka.ssl.truststore.location"] = settings.ssl_ca_location
     options.update(settings.kafka)
     return options
+
+
+def client_conf(settings: Settings) -> dict[str, Any]:
+    """librdkafka settings for an admin client of the projection's cluster: `consumer_conf` without a group."""
+    conf = consumer_conf(settings, "unused")
+    conf.pop("group.id")
+    return conf
 
 
 def consumer_conf(settings: Settings, group_id: str) -> dict[str, Any]:

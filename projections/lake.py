@@ -99,6 +99,15 @@ def write_text(path: str, text: str, spark: SparkSession | None = None) -> None:
         stream.close()
 
 
+def has_entries(path: str, spark: SparkSession | None = None) -> bool:
+    """Whether the directory exists and holds anything."""
+    if is_local(path):
+        p = local_path(path)
+        return p.is_dir() and any(p.iterdir())
+    fs, hpath = _hadoop(spark, path)
+    return bool(fs.exists(hpath)) and len(fs.listStatus(hpath)) > 0
+
+
 def delete_path(path: str, spark: SparkSession | None = None) -> bool:
     """Delete a file or a directory tree; True if something was there."""
     if is_local(path):

@@ -84,6 +84,7 @@ def replay_into_new_table(
         "starting_offsets": starting.offsets,
         "new_table": shadow.table(projection.name),
         "live_table": lake.table(projection.name),
+        "accept_truncated_history": settings.accept_truncated_history,
         "started_at": datetime.now(UTC).isoformat(),
     }
     record_path = f"{lake.replays(projection.name)}/{replay_id}.json"

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 KAFKA_TIMEOUT_S: Final = 15.0
 
 
-def _consumer(settings: Settings, projection: Projection) -> Consumer:
+def lookup_consumer(settings: Settings, projection: Projection) -> Consumer:
     """A consumer for offset lookups, connecting as the projection's source does (security included), in a
     group under the projection's own prefix (its ACLs allow no other)."""
     from confluent_kafka import Consumer
@@ -63,7 +63,7 @@ def _watermarks(consumer: Consumer, topic: str, partition: int) -> tuple[int, in
     return int(low), int(high)
 
 
-def _record_at(consumer: Consumer, topic: str, partition: int, offset: int, high: int) -> Any:
+def record_at(consumer: Consumer, topic: str, partition: int, offset: int, high: int) -> Any:
     """The first record at or after `offset` (below `high`), or None."""
     from confluent_kafka import KafkaError, TopicPartition
 
@@ -103,7 +103,7 @@ def first_offset_with_seq(consumer: Consumer, topic: str, partition: int, seq: i
     lo, hi = low, high
     while lo < hi:
         mid = (lo + hi) // 2
-        message = _record_at(consumer, topic, partition, mid, hi)
+        message = record_at(consumer, topic, partition, mid, hi)
         if message is None or _seq_of(message) >= seq:
             hi = mid  # nothing below `hi` from `mid` on is earlier: the answer is at or before mid
         else:
@@ -135,7 +135,7 @@ def resolve(spec: str, projection: Projection, settings: Settings) -> StartingPo
     kind, value = parse_from_offset(spec)
     if kind in ("earliest", "latest"):
         return StartingPoint(spec, kind, value)
-    consumer = _consumer(settings, projection)
+    consumer = lookup_consumer(settings, projection)
     try:
         partitions = _partitions(consumer, projection, settings)
         offsets: dict[str, dict[str, int]] = {}

@@ -2,7 +2,9 @@
 
 A small JSON file at `<lake>/_progress/<name>.json`, rewritten after each applied micro-batch. Offsets are
 the next offset to read per topic partition; they, the highest seq and the last event time only move forward
-(a replay from an older offset does not make the table older than it is).
+(a replay from an older offset does not make the table older than it is). The build that creates the record
+notes where the table's history starts (`projections.history`); from then on the oldest event time applied is
+kept too, so readers know what the table can hold.
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ class Progress:
     #: The lowest seq of the last batch that had a valid event: where the next batch's MERGE guesses its events
     #: start (`BatchApplier.apply_from_guess`).
     last_batch_min_seq: int | None = None
+    #: Where the table's history starts (`HistoryStart.as_record`), noted by the build that created this record;
+    #: None for a record written before it was noted.
+    history: dict[str, Any] | None = None
+    #: The oldest event time applied since the history was noted: the table holds nothing older. None when not
+    #: noted (an older record) or before the first event.
+    oldest_event_time: str | None = None
 
     def advanced(self, batch_id: int, stats: BatchStats, now: datetime | None = None) -> Progress:
         """The record after one more batch: positions only move forward."""
@@ -79,6 +87,10 @@ class Progress:
             events_beyond_horizon=self.events_beyond_horizon
             + (stats.beyond_horizon if batch_id != self.batch_id else 0),
             last_batch_min_seq=self.last_batch_min_seq if stats.min_seq is None else stats.min_seq,
+            history=self.history,
+            # Only with a noted history: a record from before would otherwise claim its first batch's oldest event.
+            oldest_event_time=(_min(self.oldest_event_time, stats.first_event_time) if self.history is not None
+                               else None),
         )
 
     def to_json(self) -> str:
@@ -88,6 +100,14 @@ class Progress:
     def from_json(cls, text: str) -> Progress:
         data: dict[str, Any] = json.loads(text)
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def _min(a: Any, b: Any) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
 
 
 def _max(a: Any, b: Any) -> Any:

@@ -2,10 +2,12 @@
 
 The steps, in order, each one refusing before anything has changed: parse the starting point
 (`projections.starting_point`); refuse a rebuild from a start other than earliest unless it is meant
-(`projections.partial_rebuild`); ask Kafka whether the principal may read (`projections.driver`) and where
-that start is (`projections.offset_search`). Then, by default, build the projection into a new table beside
-the live one and switch the live one over to it (`projections.new_table`); with `in_place`, reset the live
-checkpoint instead and apply the events again onto the live table (every kind is idempotent).
+(`projections.partial_rebuild`); ask Kafka whether the principal may read (`projections.driver`), where
+that start is (`projections.offset_search`) and whether the partitions read from the earliest still hold
+their first records (`projections.history`): a rebuild on a history cut by retention is refused unless
+accepted. Then, by default, build the projection into a new table beside the live one and switch the live
+one over to it (`projections.new_table`); with `in_place`, reset the live checkpoint instead and apply the
+events again onto the live table (every kind is idempotent).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from projections import runner
 from projections.declaration import Projection
 from projections.driver import check_kafka, driving, locked
+from projections.history import HistoryStart, find_history_start
 from projections.lake import Lake, delete_path
 from projections.lock import ProjectionLock
 from projections.new_table import replay_into_new_table
@@ -51,6 +54,14 @@ class ReplayPlan:
     request: ReplayRequest
     starting: StartingPoint
     live_table: str
+    #: Where the replay's history starts, or None when Kafka did not answer (the build checks again first).
+    history: HistoryStart | None = None
+
+    @property
+    def builds_from_scratch(self) -> bool:
+        """Whether the table is rebuilt (a new table, or in place with `rebuild`), rather than events re-applied
+        onto the live table, which keeps what earlier events made."""
+        return self.request.rebuild if self.request.in_place else True
 
     def summary(self) -> dict[str, Any]:
         """The plan as the command prints it, and logs it before carrying it out."""
@@ -62,7 +73,29 @@ class ReplayPlan:
             "live_table": self.live_table,
             "rebuild": self.request.rebuild,
             "drop_earlier_state": self.request.drop_earlier_state,
+            "history": self._history_summary(),
+            "accept_truncated_history": self.history.accepted if self.history is not None else False,
         }
+
+    def _history_summary(self) -> dict[str, Any] | str:
+        if self.history is None:
+            return "not checked: Kafka did not answer (the build checks before it reads)"
+        summary = self.history.as_record()
+        if self.history.cut:
+            summary["says"] = (
+                f"the first records of {self.history.describe_cut()} were deleted: "
+                + ("the new table would lack every event before them" if self.builds_from_scratch
+                   else "the live table keeps what they made (it is not rebuilt); they are only not applied again")
+            )
+        return summary
+
+    def refusal(self) -> str | None:
+        """Why the plan may not be carried out as asked (nothing has changed), or None."""
+        history = self.history
+        if history is None or not history.cut or history.accepted or not self.builds_from_scratch:
+            return None
+        what = "--in-place --rebuild" if self.request.in_place else "a replay into a new table"
+        return history.refusal(self.projection.name, what)
 
     def next_step(self) -> str:
         """What the operator does to carry the plan out (the command prints it when --yes is missing)."""
@@ -86,9 +119,11 @@ def plan_replay(projection: Projection, settings: Settings, request: ReplayReque
         rebuild=request.rebuild,
         allowed=request.drop_earlier_state,
     )
-    check_kafka(settings, projection)
+    answered = check_kafka(settings, projection)
     starting = resolve(request.from_offset, projection, settings)
-    return ReplayPlan(projection, request, starting, Lake(settings.lake).table(projection.name))
+    history = (find_history_start(settings, projection, starting.offsets, settings.accept_truncated_history)
+               if answered else None)
+    return ReplayPlan(projection, request, starting, Lake(settings.lake).table(projection.name), history)
 
 
 def run_replay(plan: ReplayPlan, settings: Settings) -> None:

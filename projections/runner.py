@@ -2,7 +2,9 @@
 
 The Kafka source starts at `starting_offsets` only for a new checkpoint; afterwards the checkpoint says
 where to resume. `failOnDataLoss` stays on unless the settings turn it off: offsets that vanished before
-being read (retention, a deleted topic) stop the projection instead of silently leaving events out.
+being read (retention, a deleted topic) stop the projection instead of silently leaving events out. Records
+deleted before a new table's first read are not noticed by the source: a build from scratch checks each
+partition's first remaining offset first (`projections.history`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from typing import TYPE_CHECKING
 from projections.applier import BatchApplier
 from projections.declaration import Projection
 from projections.errors import ProjectionError
+from projections.history import HistoryStart, check_history
 from projections.kafka_clients import group_prefix, source_options
 from projections.kinds.base import ensure_table
-from projections.lake import Lake
+from projections.lake import Lake, has_entries
 from projections.observed import BatchObservation
 from projections.payload import ResolvedPayload
+from projections.progress import read_progress
 from projections.settings import Settings
 from projections.txn import checkpoint_app_id
 
@@ -47,6 +51,19 @@ def prepare(spark: SparkSession, projection: Projection, lake: Lake) -> Resolved
     return payload
 
 
+def builds_from_scratch_history(
+    spark: SparkSession, projection: Projection, settings: Settings, lake: Lake
+) -> HistoryStart | None:
+    """Where the history of a table built from scratch starts (a new checkpoint, no batch applied yet), checked
+    against Kafka: RefusedError when records the build would read from earliest were deleted and the settings do
+    not accept it. None when the checkpoint resumes, or events go onto a table that holds earlier ones already."""
+    if has_entries(f"{lake.checkpoint(projection.name)}/offsets", spark):
+        return None
+    if read_progress(lake, projection.name, spark) is not None:
+        return None
+    return check_history(settings, projection, settings.starting_offsets, "a table built from scratch")
+
+
 def start(
     spark: SparkSession,
     projection: Projection,
@@ -55,13 +72,14 @@ def start(
 ) -> StreamingQuery:
     """Start the projection's streaming query and return it (runs until stopped, or drains: available_now)."""
     lake = Lake(settings.lake)
-    payload = prepare(spark, projection, lake)
     checkpoint = lake.checkpoint(projection.name)
+    history = builds_from_scratch_history(spark, projection, settings, lake)  # may refuse: nothing changed yet
+    payload = prepare(spark, projection, lake)
     app_id = checkpoint_app_id(checkpoint, projection.name, spark)
     # A kind whose batches are read once (`Kind.reads_batches_once`) gets them decoded, with the observation that
     # counts them on (`BatchApplier.source`).
     observation = BatchObservation(spark, projection.name) if projection.kind.reads_batches_once else None
-    applier = BatchApplier(projection, payload, lake, app_id, metrics, observation, checkpoint)
+    applier = BatchApplier(projection, payload, lake, app_id, metrics, observation, checkpoint, history)
     subscription, topics = projection.source_option(settings.topic_template)
 
     reader = (

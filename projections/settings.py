@@ -46,6 +46,8 @@ TOML_KAFKA_TABLE: Final = "kafka"
 _SECRET_WORDS: Final = ("password", "secret", "jaas", "token", "key")
 _YES: Final = frozenset({"1", "true", "yes", "on"})
 _NO: Final = frozenset({"0", "false", "no", "off"})
+#: Settings given only as flags, for one command: not read from the environment or the TOML file.
+FLAG_ONLY: Final = frozenset({"accept_truncated_history"})
 
 
 class Settings(LayeredSettings):
@@ -62,6 +64,9 @@ class Settings(LayeredSettings):
     # the longer list pydantic would.
     available_now: bool = Field(default=False, strict=True)
     fail_on_data_loss: bool = Field(default=True, strict=True)
+    # A build from earliest whose first records Kafka has deleted is refused unless this is set
+    # (`projections.history`). A flag only: it accepts one command's cut history, never every later one's.
+    accept_truncated_history: bool = Field(default=False, strict=True)
     metrics_port: int = 9465
     metrics_host: str = "127.0.0.1"
     modules: tuple[str, ...] = ()
@@ -168,7 +173,7 @@ class _TomlFileSource(TomlFile):
 
     def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
         data = super()._read_file(file_path)
-        known = set(Settings.model_fields)
+        known = set(Settings.model_fields) - FLAG_ONLY
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigurationError(

@@ -1,5 +1,6 @@
 """`outbox-projections status NAME`: where a projection's table, checkpoint and quarantine are, its progress
-record and, asked with `--lag`, how many records Kafka holds beyond it."""
+record (with where the table's history starts and the oldest event time it can hold) and, asked with `--lag`,
+how many records Kafka holds beyond it."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def status_command(projection: Projection, settings: Settings, *, lag: bool, jso
         "checkpoint": lake.checkpoint(projection.name),
         "quarantine": lake.quarantine(projection.name),
         "progress": None if progress is None else json.loads(progress.to_json()),
+        "oldest_event_time": None if progress is None else progress.oldest_event_time,
     }
     if lag and progress is not None:
         report["lag"] = kafka_lag(settings, projection.name, progress.offsets)
@@ -40,11 +42,29 @@ def status_command(projection: Projection, settings: Settings, *, lag: bool, jso
         return 0
     print(f"  batch      {progress.batch_id} at {progress.updated_at}")
     print(f"  max seq    {progress.max_seq}\n  last event {progress.last_event_time}")
+    print(f"  history    {history_line(progress.history)}")
+    if progress.history is not None:
+        print(f"  oldest event the table can hold: {progress.oldest_event_time or 'none applied yet'}")
     for topic, partitions in progress.offsets.items():
         print(f"  {topic}: " + ", ".join(f"p{p}@{o}" for p, o in partitions.items()))
     if "lag" in report:
         print(f"  lag        {report['lag']}")
     return 0
+
+
+def history_line(history: dict[str, Any] | None) -> str:
+    """Where the table's history starts, in one line."""
+    if history is None:
+        return "not noted (built before histories were noted; a replay notes it)"
+    if history.get("complete"):
+        return f"complete: read from offset 0 of every partition (checked {history.get('checked_at')})"
+    deleted = history.get("deleted_before") or {}
+    if deleted:
+        cut = ", ".join(f"{topic}[{partition}] from offset {offset}" for topic, parts in sorted(deleted.items())
+                        for partition, offset in parts.items())
+        accepted = " (accepted with --accept-truncated-history)" if history.get("accepted_truncated") else ""
+        return f"cut by retention: {cut}; earlier events are not in the table{accepted}"
+    return f"from {history.get('starting_offsets')}: only what followed that start"
 
 
 def kafka_lag(settings: Settings, name: str, offsets: dict[str, dict[str, int]]) -> dict[str, Any]:

@@ -12,9 +12,11 @@ seen and cut, so a test can assert its faults really happened. The sockets, thre
         ...
         assert proxy.cuts[Moment.ROLLBACK] > 0
 
-It can also hold a result back: `hold_result(column, min_rows)` holds the next result that names
-`column` and has at least `min_rows` rows (the server has run the query; the client waits for its
-answer, as behind a slow network or a slow server) until `release()`; `held` is set meanwhile.
+It can cut every result that names a column (`cut_results_naming`): one query that always fails, the rest
+of the connection's work untouched, as a step that keeps failing. It can also hold a result back:
+`hold_result(column, min_rows)` holds the next result that names `column` and has at least `min_rows` rows
+(the server has run the query; the client waits for its answer, as behind a slow network or a slow server)
+until `release()`; `held` is set meanwhile.
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ class FaultProxy(TcpProxy):
         self.held = threading.Event()
         self._hold: tuple[bytes, int] | None = None  # armed: (column name, fewest rows)
         self._released = threading.Event()
+        self._cut_column: bytes | None = None
 
     def __enter__(self) -> FaultProxy:
         self.start()
@@ -117,6 +120,15 @@ class FaultProxy(TcpProxy):
 
     def cut_next(self, moment: Moment, after_rows: int = 2) -> None:
         self.add(Cut(moment, every=1, times=1, after_rows=after_rows))
+
+    def cut_results_naming(self, column: str | None) -> None:
+        """Cut each connection whose result names `column`, when that result begins (None: stop doing so)."""
+        with self.lock:
+            self._cut_column = None if column is None else column.encode() + b"\0"
+
+    def cuts_result(self, row_description: Message) -> bool:
+        with self.lock:
+            return self._cut_column is not None and self._cut_column in row_description.body
 
     def hold_result(self, column: str, min_rows: int = 1) -> None:
         """Hold back the next result (on any connection) that names `column` and has at least `min_rows`
@@ -200,6 +212,9 @@ class _PgPipe(Pipe):
                         self.proxy.wait_released()
                     forward.extend(m.raw for m in result)
                 continue
+            if message.kind == ROW_DESCRIPTION and self.proxy.cuts_result(message):
+                self.client.sendall(b"".join(forward))
+                return False
             if message.kind == ROW_DESCRIPTION:
                 hold_rows = self.proxy.holds(message)
                 if hold_rows is not None:

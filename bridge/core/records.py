@@ -177,9 +177,12 @@ def _row_headers(row: OutboxRow) -> list[tuple[str, bytes]]:
     return out
 
 
-def dead_letter_record(row: OutboxRow, reason: str, topic: str, bridge_name: str, max_bytes: int) -> KafkaRecord:
+def dead_letter_record(row: OutboxRow, reason: str, topic: str, bridge_name: str, max_bytes: int,
+                       outbox: str = "") -> KafkaRecord:
     """The record that carries a poison row to the dead-letter topic: the row's key and payload (cut to
-    fit, and said so, when even that topic's limit is exceeded) with `dlq_reason` and `dlq_bridge`."""
+    fit, and said so, when even that topic's limit is exceeded) with `dlq_reason` and `dlq_bridge`.
+    `dlq_payload_complete` says whether the payload is whole; `dlq_outbox` names the database whose outbox
+    keeps the whole event (at the record's `seq`) until an operator resolves the dead letter."""
     headers = [
         ("event_id", row.event_id.encode()),
         ("event_type", row.event_type.encode()),
@@ -188,13 +191,19 @@ def dead_letter_record(row: OutboxRow, reason: str, topic: str, bridge_name: str
         ("occurred_at", iso_timestamp(row.occurred_at)),
         ("dlq_reason", reason.encode()[:4096]),
         ("dlq_bridge", bridge_name.encode()),
+        ("dlq_outbox", outbox.encode()[:1024]),
     ]
     key = (row.aggregate_id or f"seq-{row.seq}").encode()[:1024]
     value = row.payload.encode()
-    record = KafkaRecord.of(row.seq, topic, key, value, headers)
+    record = KafkaRecord.of(row.seq, topic, key, value, [*headers, ("dlq_payload_complete", b"true")])
     if record.size > max_bytes:
         # Too large even for the dead-letter topic: keep what fits, and say so.
-        headers.append(("dlq_payload_truncated_from", str(len(value)).encode()))
+        headers += [("dlq_payload_complete", b"false"), ("dlq_payload_truncated_from", str(len(value)).encode())]
         value = value[: max(0, max_bytes - (record.size - len(value)) - 64)]
         record = KafkaRecord.of(row.seq, topic, key, value, headers)
     return record
+
+
+def payload_complete(record: KafkaRecord) -> bool:
+    """Whether a dead-letter record carries its row's whole payload."""
+    return ("dlq_payload_complete", b"false") not in record.headers

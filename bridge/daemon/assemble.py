@@ -13,18 +13,20 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from bridge.config import BridgeConfig
-from bridge.daemon.loop import BridgeDaemon, OnDelivery
+from bridge.daemon.loop import BridgeDaemon, OnDelivery, new_instance_id
 from bridge.daemon.poison import producer_limit
+from bridge.daemon.startup import StartupStep
 from bridge.kafka.access import check_connection
 from bridge.kafka.publisher import KafkaPublisher, Publisher
-from bridge.kafka.topics import TopicChecker, TopicGuard, TopicPolicy
+from bridge.kafka.topics import TopicChecker, TopicGuard
 from bridge.metrics import BridgeMetrics
 from bridge.store.engine import make_engine, make_reader
 from bridge.store.failures import store_error
+from bridge.store.instances import InstanceBoard
 from bridge.store.invariants import check_never_skip
 from bridge.store.maintenance import cleanup
 from bridge.store.offsets import OffsetStore
@@ -52,39 +54,49 @@ def build_daemon(
     database = config.database
     topics = config.topics
     engine = engine or make_engine(database.url_text)
+    instance_id = instance_id or new_instance_id()
     conf = config.producer.as_librdkafka_dict()  # refuses unsafe extras now, before anything starts
     make_publisher = publisher_factory or KafkaPublisher
     client_conf = config.kafka.client_conf()
-    guard = topic_guard or TopicGuard(
-        client_conf,
-        TopicPolicy(topics.partitions, topics.replication_factor, topics.allow_single_broker),
-    )
+    guard = topic_guard or TopicGuard(client_conf, topics.policy())
 
-    def check_kafka() -> None:
-        # Needs a real cluster: not when tests give an in-memory publisher.
-        if publisher_factory is None:
-            check_connection(client_conf)
+    def connected(what: str, check: Callable[[Connection], None]) -> Callable[[], None]:
+        """A start-up step on a connection of its own: a failure retries this step alone."""
+        def step() -> None:
+            try:
+                with engine.connect() as conn:
+                    check(conn)
+            except DBAPIError as exc:
+                raise store_error(exc, what) from exc
+        return step
 
-    def check_outbox() -> None:
-        """Refuse to lead an outbox that was never migrated, or whose seq path no longer takes the horizon
-        stamp first; warn when the login could do far more than publish."""
-        try:
-            with engine.connect() as conn:
-                check_migrated(conn)
-                check_never_skip(conn)
-            with engine.connect() as conn:
-                excess = excess_rights(conn)
-        except DBAPIError as exc:
-            raise store_error(exc, "checking the outbox's seq path and the login's rights") from exc
+    def warn_excess_rights(conn: Connection) -> None:
+        excess = excess_rights(conn)
         if excess is not None:
             log.warning(f"the bridge runs as {excess.login!r}, {excess.why}: it needs far fewer rights; {FIX}",
                         extra={"login": excess.login, "why": excess.why})
+
+    def check_kafka() -> None:
+        # Needs a real cluster: not when tests give an in-memory publisher. Unreachable brokers are not a
+        # refusal: the producer keeps trying, and the lag and publishing alerts say so.
+        if publisher_factory is None:
+            check_connection(client_conf)
+
+    # Refuse to lead an outbox that was never migrated, or whose seq path no longer takes the horizon stamp
+    # first; warn when the login could do far more than publish; refuse Kafka credentials it rejects.
+    startup = (
+        StartupStep("schema revision", connected("checking the outbox's schema revision", check_migrated)),
+        StartupStep("seq path", connected("checking the outbox's seq path", check_never_skip)),
+        StartupStep("login's rights", connected("checking the login's rights", warn_excess_rights)),
+        StartupStep("kafka", check_kafka),
+    )
 
     retention = config.retention_section
 
     def retention_pass(period: timedelta) -> dict[str, Any]:
         # The same pass as `outbox-bridge cleanup --older-than`.
-        return cleanup(database, period, dry_run=False, show_progress=False)
+        return cleanup(database, period, dry_run=False, show_progress=False,
+                       deleted_by=f"retention of bridge {database.bridge_name!r}")
 
     return BridgeDaemon(
         config.loop,
@@ -93,14 +105,15 @@ def build_daemon(
         open_reader=lambda: reader_factory(engine),
         new_publisher=lambda on_delivery: make_publisher(dict(conf), on_delivery),
         topic_guard=guard,
-        check_outbox=check_outbox,
+        startup=startup,
         retention=retention,
         retention_pass=retention_pass if retention is not None else None,
         producer_limit=producer_limit(config.producer_extra),
         metrics=metrics,
         instance_id=instance_id,
         on_exit=engine.dispose,
-        check_kafka=check_kafka,
+        instances=InstanceBoard(engine, database.bridge_name, instance_id),
         # For the refusal messages (principal, bootstrap, CA): no need to hold the password there.
         kafka_conf={k: v for k, v in client_conf.items() if k != "sasl.password"},
+        outbox=database.masked_url,
     )

@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from bridge.metrics import BridgeMetrics
-from bridge.store.offsets import Lease, LeaseStore
+from bridge.store.dead_letters import DeadLetter
+from bridge.store.lease import Lease, LeaseStore
 
 log = logging.getLogger("bridge.daemon")
 
@@ -38,9 +40,11 @@ class Leadership:
     def leading(self) -> bool:
         return self.lease is not None
 
-    def acquire(self, stop: threading.Event, standing_by: threading.Event) -> Lease | None:
+    def acquire(self, stop: threading.Event, standing_by: threading.Event,
+                on_standing_by: Callable[[], None] = lambda: None) -> Lease | None:
         """Stand by until the lease is free (another instance died or stopped), then take it; None if
-        `stop` is set first. `standing_by` is set once this instance is a healthy standby."""
+        `stop` is set first. `standing_by` is set once this instance is a healthy standby, when
+        `on_standing_by` runs too."""
         announced = False
         while not stop.is_set():
             started = time.monotonic()
@@ -53,6 +57,7 @@ class Leadership:
             if not announced:
                 log.info("another instance holds the lease; standing by", extra={"instance": self.instance_id})
                 announced = True
+                on_standing_by()
             standing_by.set()
             stop.wait(max(0.2, self.lease_timeout_s / 4))
         return None
@@ -64,12 +69,14 @@ class Leadership:
     def expired(self) -> bool:
         return not self.may_send()
 
-    def renew(self, watermark: int, status: dict[str, Any], *, allow_lower: bool = False) -> None:
-        """Persist the watermark and renew the lease in one fenced write (FencedError if another instance
-        took over); the deadline counts from before the write was sent."""
+    def renew(self, watermark: int, status: dict[str, Any], *, allow_lower: bool = False,
+              dead_letters: Sequence[DeadLetter] = ()) -> None:
+        """Persist the watermark (and the dead letters it passes) and renew the lease in one fenced write
+        (FencedError if another instance took over); the deadline counts from before the write was sent."""
         assert self.lease is not None, "renew() without the lease"
         started = time.monotonic()
-        self.offsets.persist(self.lease, watermark, self.lease_timeout_s, status, allow_lower=allow_lower)
+        self.offsets.persist(self.lease, watermark, self.lease_timeout_s, status, allow_lower=allow_lower,
+                             dead_letters=dead_letters)
         self._deadline = started + self.lease_timeout_s
         self._metrics.last_persist_timestamp_seconds.set(time.time())
 

@@ -17,9 +17,9 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from types import FrameType, MappingProxyType
 from typing import Any
 
@@ -31,10 +31,11 @@ from bridge.core.holes import SeqRange
 from bridge.core.late import SettledHoles
 from bridge.core.refusals import Refusals
 from bridge.core.watermark import AckTracker
-from bridge.daemon import rewinds
+from bridge.daemon import history, rewinds
 from bridge.daemon.leadership import Leadership
 from bridge.daemon.poison import PRODUCER_MAX_MESSAGE_BYTES, PoisonGate
 from bridge.daemon.retention import Retention
+from bridge.daemon.startup import Failing, Startup, StartupClock, StartupStep
 from bridge.daemon.status import holder_age_s, report
 from bridge.errors import (
     DatabaseLoginError,
@@ -49,8 +50,12 @@ from bridge.kafka.access import AUTHORIZATION_CODES, KafkaAccessError, access_er
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, DeliveryFailure, Publisher
 from bridge.kafka.topics import TopicChecker
 from bridge.metrics import BridgeMetrics
+from bridge.store import instances
+from bridge.store.audit import requester
+from bridge.store.dead_letters import DeadLetter
+from bridge.store.instances import InstanceBoard
 from bridge.store.invariants import OutboxDamagedError
-from bridge.store.offsets import LeaseStore
+from bridge.store.lease import Lease, LeaseStore
 from bridge.store.reader import OutboxReader
 
 log = logging.getLogger("bridge.daemon")
@@ -95,6 +100,11 @@ def _nothing() -> None:
     return None
 
 
+def new_instance_id() -> str:
+    """This process's name among the instances of a bridge name: host, pid and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
 @dataclass(slots=True)
 class _Sent:
     """What the delivery report needs to know about a record in flight."""
@@ -119,34 +129,47 @@ class BridgeDaemon:
         open_reader: Callable[[], OutboxReader],
         new_publisher: NewPublisher,
         topic_guard: TopicChecker,
-        check_outbox: Callable[[], None] = _nothing,
+        startup: Sequence[StartupStep] = (),
         retention: RetentionSection | None = None,
         retention_pass: RetentionPass | None = None,
         producer_limit: int = PRODUCER_MAX_MESSAGE_BYTES,
         metrics: BridgeMetrics | None = None,
         instance_id: str | None = None,
         on_exit: Callable[[], None] = _nothing,
-        check_kafka: Callable[[], None] = _nothing,
+        instances: InstanceBoard | None = None,
         kafka_conf: Mapping[str, Any] = MappingProxyType({}),
+        outbox: str = "",
     ) -> None:
         self.settings = settings
         self.metrics = metrics or BridgeMetrics()
-        self.instance_id = instance_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.instance_id = instance_id or new_instance_id()
         self.offsets = offsets
         self.leadership = Leadership(offsets, self.instance_id, settings.lease_timeout_s, self.metrics)
         self._open_reader = open_reader
         self._make_publisher = new_publisher
-        self._check_outbox = check_outbox
         self._on_exit = on_exit
-        self._check_kafka = check_kafka
         self._kafka_conf = kafka_conf
         self._refusals = Refusals()
         self._denied: KafkaAccessError | None = None  # a Write the ACLs refused: stop, do not rebuild
+        #: Dead letters sent and not yet on record: each is written with the first persist past its seq.
+        self._dead_letters: list[DeadLetter] = []
         self._gate = PoisonGate(topics, settings.poison_policy, topic_guard, self.metrics, self._refusals,
-                                producer_limit)
+                                producer_limit, on_dead_letter=self._dead_letters.append, outbox=outbox)
+        #: Seqs at or below this were deleted before this bridge published them, and the operator accepted it
+        #: (`--start-from`): gaps there are deleted rows, not rolled-back transactions.
+        self._deleted_through = 0
+        self.deleted_passed = 0
+        self.metrics.dead_letter_alert_after_seconds.set(settings.dead_letter_alert_after_s)
         self._settled = SettledHoles()
         self._stop = threading.Event()
         self._ready = threading.Event()
+        self._instances = instances
+        self._startup = Startup(startup, self._stop, self.metrics, on_failing=self._report_failing)
+        self._clock = StartupClock(self._ready)
+        self.metrics.startup_seconds.set_function(self._clock.seconds)
+        self.metrics.startup_alert_after_seconds.set(settings.startup_alert_after_s)
+        #: Which part of starting the loop is in, for naming what keeps failing: the lease, the history, the lead.
+        self._phase = "start-up"
         self._published: dict[str, Any] = {}  # topic -> its events_published child, looked up once
         self._published_pending: dict[str, int] = {}  # acks not yet added to events_published
         self._sent: dict[int, _Sent] = {}
@@ -194,19 +217,23 @@ class BridgeDaemon:
         backoff = Backoff(BackoffPolicy(initial_s=0.2, cap_s=5.0))
         if self._retention is not None:
             self._retention.start()
-        checked = False
+        self._clock.restart()
         try:
             while not self._stop.is_set():
                 try:
-                    if not checked:
-                        self._check_outbox()
-                        # Refused Kafka credentials or certificate stop here, before the lease (KafkaAccessError).
-                        self._check_kafka()
-                        checked = True
-                    lease = self.leadership.acquire(self._stop, standing_by=self._ready)
+                    # Each check retried alone; refused Kafka credentials or certificate stop here, before the lease.
+                    if not self._startup.run():
+                        break
+                    self._phase = "lease"
+                    lease = self.leadership.acquire(self._stop, standing_by=self._ready,
+                                                    on_standing_by=self._standing_by)
                     if lease is None:
                         break
-                    code = self._lead(lease.watermark)
+                    self._phase = "history"
+                    watermark = self._start(lease)
+                    self._report_state(instances.LEADING)
+                    self._phase = "lead"
+                    code = self._lead(watermark)
                     if code != EXIT_OK or self._stop.is_set():
                         return code
                 except FencedError as exc:
@@ -214,8 +241,15 @@ class BridgeDaemon:
                     self.leadership.lost()
                 except TransientStoreError as exc:
                     self.last_error = str(exc)
+                    if self._phase in ("lease", "history"):
+                        self._startup.failed(self._phase, exc)
+                    if self._ready.is_set():
+                        # Neither a healthy standby nor a leader until the database answers again.
+                        self._ready.clear()
+                        self._clock.restart()
                     delay = backoff.next_delay()
-                    log.warning("database unavailable; retrying", extra={"error": str(exc), "retry_in_s": delay})
+                    log.warning("database unavailable; retrying",
+                                extra={"step": self._phase, "error": str(exc), "retry_in_s": delay})
                     self._stop.wait(delay)
                 except TopicSafetyError as exc:
                     self.last_error = str(exc)
@@ -240,10 +274,55 @@ class BridgeDaemon:
                     return EXIT_NOT_MIGRATED
                 except KafkaAccessError as exc:
                     return self._access_refused(exc)
+                except history.RowsGoneError as exc:
+                    return self._refuse_to_lead(exc)
             return EXIT_OK
         finally:
             self._ready.clear()
+            if self._instances is not None:
+                self._instances.remove()
             self._on_exit()
+
+    def _report_failing(self, failing: Failing) -> None:
+        self._report_state(instances.STARTING, step=failing.step, attempts=failing.attempts, since=failing.since,
+                           error=failing.error)
+
+    def _standing_by(self) -> None:
+        self._startup.failing = None
+        self._report_state(instances.STANDING_BY)
+
+    def _report_state(self, state: str, **details: Any) -> None:
+        if self._instances is not None:
+            self._instances.report(state, **details)
+
+    def _start(self, lease: Lease) -> int:
+        """The watermark this term starts from: the lease's, or where the operator said (`--start-from`) when
+        rows above it are gone or the name is new or retired; RowsGoneError when nobody said."""
+        found = self.offsets.history(lease.watermark)
+        start = history.start_point(found, lease, self.settings.start_from,
+                                    f"{requester()} via --start-from ({self.instance_id})")
+        self._deleted_through = found.deleted.through_seq if found.deleted is not None else 0
+        if start is None:
+            return lease.watermark
+        self.offsets.start_at(lease, start, self.settings.lease_timeout_s)
+        return start.watermark
+
+    def _refuse_to_lead(self, exc: history.RowsGoneError) -> int:
+        """Say why on the record (`status`, `doctor`), give the lease up, and stop: waiting cannot help."""
+        self.last_error = str(exc)
+        log.error("refusing to lead: rows this bridge has not published are gone",
+                  extra={"error": str(exc), "exit_code": exc.exit_code})
+        lease = self.leadership.lease
+        try:
+            if lease is not None:
+                self.offsets.persist(lease, lease.watermark, self.settings.lease_timeout_s,
+                                     {"last_error": str(exc), "refused": "rows gone", "instance": self.instance_id})
+                self.leadership.release()
+        except (TransientStoreError, FencedError) as failed:
+            log.warning("could not record the refusal", extra={"error": str(failed)})
+        finally:
+            self.leadership.lost()
+        return exc.exit_code
 
     def _note_error(self, kind: str, exc: Exception) -> None:
         self.last_error = str(exc)
@@ -257,6 +336,8 @@ class BridgeDaemon:
                              max_in_flight_bytes=settings.max_in_flight_bytes)
         self.tracker = tracker
         self._sent.clear()
+        # What another term sent but did not record, the leader that persisted past it recorded.
+        self._dead_letters.clear()
         reader = self._open_reader()
         publisher = self._new_publisher()
         self._ready.set()
@@ -409,8 +490,17 @@ class BridgeDaemon:
         publisher.close(min(CLOSE_TIMEOUT_S, self.settings.lease_timeout_s / 2))
         return self._restart_from(tracker.watermark, tracker, reader)
 
+    def _passed_deleted(self, gap: SeqRange) -> int:
+        """Count the part of a settled gap that cleanup deleted (accepted with `--start-from`); return its size."""
+        deleted = min(gap.last, self._deleted_through) - gap.first + 1
+        self.deleted_passed += deleted
+        log.warning("passed over seqs deleted before this bridge published them (accepted with --start-from)",
+                    extra={"first": gap.first, "last": min(gap.last, self._deleted_through)})
+        return deleted
+
     def _restart_from(self, watermark: int, tracker: AckTracker, reader: OutboxReader) -> Publisher:
         """Forget everything in flight, continue reading after `watermark`, with a new producer."""
+        self._dead_letters[:] = [letter for letter in self._dead_letters if letter.seq <= watermark]
         tracker.reset(watermark)
         self._sent.clear()
         self._refusals.restart()
@@ -475,6 +565,8 @@ class BridgeDaemon:
                 if isinstance(row, SeqRange):
                     holes = tracker.settle(row)
                     self._settled.add(row)
+                    if row.first <= self._deleted_through:
+                        holes -= self._passed_deleted(row)
                     self.holes_settled += holes
                     self.metrics.holes_settled.inc(holes)
                     continue
@@ -550,7 +642,23 @@ class BridgeDaemon:
         age = holder_age_s(status["horizon_holder"])
         if age is not None and age >= LONG_TRANSACTION_S:
             log.warning("a long transaction holds publishing back", extra={"holder": status["horizon_holder"]})
-        self.leadership.renew(tracker.watermark, status, allow_lower=allow_lower)
+        self._renew(tracker.watermark, status, allow_lower=allow_lower)
+        self._report_dead_letters()
+
+    def _renew(self, watermark: int, status: dict[str, Any], *, allow_lower: bool = False) -> None:
+        """Persist and renew, recording the dead letters the watermark passes in the same write."""
+        passed = [letter for letter in self._dead_letters if letter.seq <= watermark]
+        self.leadership.renew(watermark, status, allow_lower=allow_lower, dead_letters=passed)
+        if passed:
+            self._dead_letters[:] = [letter for letter in self._dead_letters if letter.seq > watermark]
+            log.info("dead letters on record", extra={"seqs": [letter.seq for letter in passed][:20]})
+
+    def _report_dead_letters(self) -> None:
+        """The open dead letters of this name on their gauges: operators resolve them from the CLI."""
+        found = self.offsets.open_dead_letters()
+        self.metrics.dead_letters_open.set(found.count)
+        age = (datetime.now(UTC) - found.oldest_at).total_seconds() if found.oldest_at is not None else 0.0
+        self.metrics.dead_letter_oldest_age_seconds.set(max(0.0, age))
 
     # ------------------------------------------------------------------------------------ stopping
 
@@ -574,7 +682,7 @@ class BridgeDaemon:
             status = self._status(tracker, reader)
             if halted_at is not None:
                 status["halted_at_seq"] = halted_at.seq
-            self.leadership.renew(tracker.watermark, status)
+            self._renew(tracker.watermark, status)
             self.leadership.release()
         except (TransientStoreError, FencedError) as exc:
             # Still exit with the code that says why we stopped; the only cost is duplicates after a restart.

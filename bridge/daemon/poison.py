@@ -9,7 +9,7 @@ returns the record for the dead-letter topic instead. The gate decides; the loop
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from bridge.config import PoisonPolicy, TopicSection
 from bridge.core.records import (
@@ -19,11 +19,13 @@ from bridge.core.records import (
     TopicRouter,
     build_record,
     dead_letter_record,
+    payload_complete,
 )
 from bridge.core.refusals import Refusals
 from bridge.errors import PoisonEventError
 from bridge.kafka.topics import TopicChecker
 from bridge.metrics import BridgeMetrics
+from bridge.store.dead_letters import DeadLetter
 
 log = logging.getLogger("bridge.daemon")
 
@@ -35,8 +37,11 @@ class PoisonGate:
     """Builds each row's record, checks topics once, and applies the poison policy."""
 
     def __init__(self, topics: TopicSection, policy: PoisonPolicy, guard: TopicChecker, metrics: BridgeMetrics,
-                 refusals: Refusals, producer_limit: int = PRODUCER_MAX_MESSAGE_BYTES) -> None:
+                 refusals: Refusals, producer_limit: int = PRODUCER_MAX_MESSAGE_BYTES,
+                 on_dead_letter: Callable[[DeadLetter], None] = lambda _letter: None, outbox: str = "") -> None:
         self._topics = topics
+        self._on_dead_letter = on_dead_letter
+        self._outbox = outbox
         self._policy = policy
         self._guard = guard
         self._metrics = metrics
@@ -67,7 +72,10 @@ class PoisonGate:
             log.error("poison event sent to the dead-letter topic",
                       extra={"seq": row.seq, "reason": exc.reason, "topic": topic})
             limit = min(self._topic_limit(topic), self._producer_limit)
-            return dead_letter_record(row, exc.reason, topic, self._topics.bridge_name, limit)
+            record = dead_letter_record(row, exc.reason, topic, self._topics.bridge_name, limit, self._outbox)
+            self._on_dead_letter(DeadLetter(row.seq, row.event_id, row.aggregate_type, row.aggregate_id, exc.reason,
+                                            topic, len(row.payload.encode()), not payload_complete(record)))
+            return record
 
     def recheck(self, topic: str) -> None:
         """Check `topic` again before its next record: its limits may have changed since."""

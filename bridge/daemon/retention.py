@@ -32,6 +32,7 @@ class Retention:
         self._stop = stop
         self._on_error = on_error
         self.passes = 0
+        metrics.retention_hold_alert_after_seconds.set(section.hold_alert_after_s)
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="outbox-retention", daemon=True).start()
@@ -50,6 +51,24 @@ class Retention:
                 continue
             self.passes += 1
             self._metrics.retention_deleted.inc(result["deleted"])
+            self._held_back(result)
             if result["deleted"]:
                 log.info("retention pass", extra={"deleted": result["deleted"], "watermark": result["watermark"],
                                                   "cutoff": result["cutoff"]})
+
+    def _held_back(self, result: dict[str, Any]) -> None:
+        """Name the bridge name that keeps rows this one has published, and for how long, on the gauge and
+        in the log (a warning once it is past `hold_alert_after_s`)."""
+        gauge = self._metrics.retention_held_back_seconds
+        gauge.clear()
+        holder = result.get("held_back_by")
+        if holder is None or not result.get("held_back_rows"):
+            return
+        waited = float(result["held_back_for_s"])
+        gauge.labels(held_by=holder).set(waited)
+        late = waited >= self._section.hold_alert_after_s
+        (log.warning if late else log.info)(
+            "retention held back by another bridge name: it has not published rows this one has",
+            extra={"held_by": holder, "its_watermark": result["held_back_at"], "rows": result["held_back_rows"],
+                   "waiting_s": round(waited), "fix": "start that bridge, or retire its name if it is gone for good: "
+                   f"`outbox-bridge names retire {holder} --reason ...`"})

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from bridge.core.late import SettledHoles
-from bridge.store.offsets import LeaseStore, RewindRequest
+from bridge.store.lease import LeaseStore, RewindRequest
 from bridge.store.reader import OutboxReader
 
 log = logging.getLogger("bridge.daemon")

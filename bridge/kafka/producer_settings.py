@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -204,8 +205,9 @@ def safe_base(config: ProducerConfig, client_id: str | None = None) -> dict[str,
         # seq 10. With it the producer raises a fatal error and sends nothing more (queued messages are
         # purged, in-flight ones still reported), which is what the daemon wants anyway: it discards the
         # producer and rewinds to the watermark on any failed delivery. librdkafka calls it experimental
-        # and warns (CONFWARN) at every producer build; if a release removes it, building the producer
-        # fails at start, loudly (tests/unit/test_producer_settings.py builds one). Messages that time
+        # and warns (CONFWARN) at every producer build: `explain_gapless` says why it is on instead, once.
+        # If a release removes it, building the producer fails at start, loudly
+        # (tests/unit/test_kafka_producer_settings.py builds one). Messages that time
         # out (delivery.timeout.ms) are outside it: later ones may land before the re-sends then.
         "enable.gapless.guarantee": True,
         "acks": "all",
@@ -222,6 +224,32 @@ def safe_base(config: ProducerConfig, client_id: str | None = None) -> dict[str,
             _QUEUE_MAX_KBYTES_DEFAULT, math.ceil(config.max_in_flight_bytes / 1024)
         ),
     }
+
+
+#: What librdkafka says (a CONFWARN) each time it builds a producer with enable.gapless.guarantee, which the
+#: bridge sets on purpose (see `safe_base`).
+GAPLESS_EXPERIMENTAL: Final = "Configuration property enable.gapless.guarantee is experimental"
+#: Why it is on, said instead of that warning: an operator reads a warning at every start as something wrong.
+GAPLESS_REASON: Final = (
+    "enable.gapless.guarantee is on (librdkafka calls it experimental): a batch Kafka refuses for good stops the "
+    "producer instead of letting that key's later events reach Kafka first; the bridge then builds a new producer "
+    "and re-sends from the watermark, so per-key order holds"
+)
+_gapless_explained = threading.Event()
+_gapless_lock = threading.Lock()  # clients log from librdkafka's threads and the loop's
+
+
+def explain_gapless(facility: str, text: str) -> bool:
+    """Whether a librdkafka log line is its warning that enable.gapless.guarantee is experimental; if so, log
+    `GAPLESS_REASON` at info instead, the first time in this process only."""
+    if facility != "CONFWARN" or GAPLESS_EXPERIMENTAL not in text:
+        return False
+    with _gapless_lock:
+        first = not _gapless_explained.is_set()
+        _gapless_explained.set()
+    if first:
+        log.info(GAPLESS_REASON, extra={"setting": "enable.gapless.guarantee"})
+    return True
 
 
 def producer_settings(config: ProducerConfig, *, client_id: str | None = None) -> ProducerSettings:

@@ -3,8 +3,9 @@
 librdkafka retries a refused connection about once a second and logs each failure (`FAIL ... Connection
 refused`), from every client the bridge holds. An operator needs one line: which bootstrap servers, what
 failed, what to check. `Reachability` says that at most once per `interval_s` per bootstrap list; the
-clients' own logs go through `ClientLog`, which hands connection failures to it and forwards the rest
-to the `bridge.kafka.librdkafka` logger.
+clients' own logs go through `ClientLog`, which hands connection failures to it, replaces librdkafka's
+warning about a setting the bridge makes on purpose (`explain_gapless`) and forwards the rest to the
+`bridge.kafka.librdkafka` logger.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from functools import cache
 from typing import Any, Final
 
 from confluent_kafka import KafkaError
+
+from bridge.kafka.producer_settings import explain_gapless
 
 log = logging.getLogger("bridge.kafka")
 _client_log = logging.getLogger("bridge.kafka.librdkafka")
@@ -80,7 +83,8 @@ def reachability(bootstrap_servers: str) -> Reachability:
 
 class ClientLog:
     """librdkafka's log for one client (its `logger` setting): connection failures go to the rate-limited
-    `Reachability`, everything else to the `bridge.kafka.librdkafka` logger."""
+    `Reachability`, the warning that enable.gapless.guarantee is experimental becomes the bridge's reason for
+    it (once, at info), everything else goes to the `bridge.kafka.librdkafka` logger."""
 
     def __init__(self, reporter: Reachability) -> None:
         self._reporter = reporter
@@ -89,6 +93,8 @@ class ClientLog:
         # confluent-kafka calls log(level, "%s [%s] %s", facility, client name, text).
         if args and args[0] in CONNECTION_FACILITIES:
             self._reporter.unreachable(str(args[-1]))
+            return
+        if args and explain_gapless(str(args[0]), str(args[-1])):
             return
         _client_log.log(level, message, *args)
 

@@ -2,6 +2,8 @@
 
 A topic the bridge writes must have replication factor N, `min.insync.replicas` N-1 (at least 1) and
 unclean leader election off. A one-broker development cluster is allowed only when asked for, loudly.
+Topics it creates keep every record unless configured otherwise; a finite history is reported, not refused
+(`bridge.kafka.topic_history`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Final, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -24,6 +27,14 @@ from bridge.backoff import Backoff, BackoffPolicy
 from bridge.errors import TopicSafetyError
 from bridge.kafka.access import AUTHORIZATION_CODES, KafkaAccessError, access_error, denied
 from bridge.kafka.reachability import quiet_client_settings
+from bridge.kafka.topic_history import (
+    FOREVER,
+    HistoryFinding,
+    Retention,
+    creation_configs,
+    history_finding,
+    lengthening,
+)
 
 log = logging.getLogger("bridge.kafka.topics")
 
@@ -40,6 +51,10 @@ class TopicPolicy:
     partitions: int
     replication_factor: int
     allow_single_broker: bool = False
+    #: `retention.ms` of the topics it creates (-1: every record kept); an existing topic's is never lowered.
+    retention_ms: int = FOREVER
+    #: How long the outbox keeps published rows (None: for good), for what a topic's finite history means.
+    outbox_retention: timedelta | None = None
 
     def effective_replication(self, brokers: int) -> int:
         if brokers < self.replication_factor and self.allow_single_broker and brokers == 1:
@@ -62,8 +77,19 @@ class TopicReport:
     min_insync_replicas: int | None = None
     unclean_leader_election: bool | None = None
     max_message_bytes: int | None = None
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    cleanup_policy: str | None = None
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Set when the topic does not keep every record: a warning, not a problem (the bridge publishes safely).
+    history: HistoryFinding | None = None
+
+    @property
+    def retention(self) -> Retention | None:
+        if self.retention_ms is None or self.retention_bytes is None or self.cleanup_policy is None:
+            return None
+        return Retention(self.retention_ms, self.retention_bytes, self.cleanup_policy)
 
     @property
     def safe(self) -> bool:
@@ -121,7 +147,13 @@ class TopicGuard:
             min_insync_replicas=int(config["min.insync.replicas"].value),
             unclean_leader_election=config["unclean.leader.election.enable"].value == "true",
             max_message_bytes=int(config["max.message.bytes"].value),
+            retention_ms=int(config["retention.ms"].value),
+            retention_bytes=int(config["retention.bytes"].value),
+            cleanup_policy=config["cleanup.policy"].value,
         )
+        assert report.retention is not None
+        report.history = history_finding(topic, report.retention, self._policy.retention_ms,
+                                         self._policy.outbox_retention)
         wanted_rf = self._policy.effective_replication(brokers)
         if rf < wanted_rf:
             report.problems.append(
@@ -167,6 +199,7 @@ class TopicGuard:
             config={
                 "min.insync.replicas": str(TopicPolicy.min_isr(rf)),
                 "unclean.leader.election.enable": "false",
+                **creation_configs(self._policy.retention_ms),
             },
         )
         try:
@@ -180,7 +213,8 @@ class TopicGuard:
                 ) from exc
             if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
                 raise
-        log.info("created topic", extra={"topic": topic, "partitions": self._policy.partitions, "rf": rf})
+        log.info("created topic", extra={"topic": topic, "partitions": self._policy.partitions, "rf": rf,
+                                         "retention_ms": self._policy.retention_ms})
 
     def _refused(self, exc: KafkaException, operation: str, topic: str) -> Exception:
         """The access error `exc` means (denied, bad credentials, untrusted certificate), else `exc` itself."""
@@ -193,9 +227,10 @@ class TopicGuard:
         return refused or exc
 
     def fix(self, report: TopicReport) -> list[str]:
-        """Set min.insync.replicas and unclean leader election where wrong; return what is left unfixed."""
+        """Set min.insync.replicas and unclean leader election where wrong, and lengthen a retention shorter than
+        the policy's (never shorten one); return what is left unfixed."""
         entries = [ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
-                   for name, value in _fixes(report).items()]
+                   for name, value in self.fixes(report).items()]
         if entries:
             resource = ConfigResource("topic", report.topic, incremental_configs=entries)
             next(iter(self._admin.incremental_alter_configs([resource]).values())).result(self._timeout)
@@ -218,7 +253,7 @@ class TopicGuard:
                 if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() >= deadline:
                     raise
             else:
-                if (report.exists and not _fixes(report)) or time.monotonic() >= deadline:
+                if (report.exists and not self.fixes(report)) or time.monotonic() >= deadline:
                     return report
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
@@ -275,11 +310,21 @@ class TopicGuard:
             raise TopicSafetyError("; ".join(report.problems))
         for note in report.notes:
             log.warning(note)
+        if report.history is not None:
+            log.warning(str(report.history))
         return report
 
+    def fixes(self, report: TopicReport) -> dict[str, str]:
+        """The topic configs `fix` sets on this topic: those the report shows unsafe, and a retention shorter than
+        the policy's."""
+        fixes = _safety_fixes(report)
+        if report.retention is not None:
+            fixes |= lengthening(report.retention, self._policy.retention_ms)
+        return fixes
 
-def _fixes(report: TopicReport) -> dict[str, str]:
-    """The topic configs `TopicGuard.fix` sets on this topic: those the report shows unsafe."""
+
+def _safety_fixes(report: TopicReport) -> dict[str, str]:
+    """The configs that make this topic safe: min.insync.replicas and unclean leader election."""
     fixes = {}
     min_isr = TopicPolicy.min_isr(report.replication_factor or 1)
     if report.min_insync_replicas is not None and report.min_insync_replicas < min_isr:

@@ -1,8 +1,10 @@
 """What the bridge's database login needs on the outbox tables, and which of it the login lacks.
 
-The daemon reads `domain_events` (and deletes from it when retention is on), reads and writes its own
-`bridge_offsets` row, reads and settles rewind requests in `bridge_replay_audit`, and reads the schema
-revision at start. A login missing any of these fails only when that statement first runs, perhaps
+The daemon reads `domain_events` (and deletes from it when retention is on, recording each run in
+`bridge_deletions`), reads and writes its own `bridge_offsets` row, reads and settles rewind requests in
+`bridge_replay_audit` (and audits a `--start-from` there), records its dead letters in `bridge_dead_letters`,
+reads what cleanup deleted before it leads, and reads the schema revision at start. A login missing any
+of these fails only when that statement first runs, perhaps
 hours later (the first rewind request, the first retention pass); `outbox-bridge doctor` asks up front.
 """
 
@@ -22,7 +24,10 @@ def needed_privileges(retention: bool) -> Mapping[str, tuple[str, ...]]:
     return {
         "domain_events": ("SELECT", "DELETE") if retention else ("SELECT",),
         "bridge_offsets": ("SELECT", "INSERT", "UPDATE"),
-        "bridge_replay_audit": ("SELECT", "UPDATE"),
+        "bridge_replay_audit": ("SELECT", "INSERT", "UPDATE"),
+        "bridge_dead_letters": ("SELECT", "INSERT", "UPDATE"),
+        "bridge_deletions": ("SELECT", "INSERT", "UPDATE") if retention else ("SELECT",),
+        "bridge_instances": ("SELECT", "INSERT", "UPDATE", "DELETE"),
         VERSION_TABLE: ("SELECT",),
     }
 

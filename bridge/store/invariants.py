@@ -29,12 +29,17 @@ class OutboxDamagedError(ConfigurationError):
     """The outbox no longer guarantees stamp-before-seq: publishing could skip events silently."""
 
 
+_POSTGRES: Final = text(
+    "SELECT (SELECT cache_size FROM pg_sequences WHERE sequencename = :sequence AND schemaname = current_schema())"
+    " AS cache_size, (SELECT column_default FROM information_schema.columns WHERE table_schema = current_schema()"
+    " AND table_name = 'domain_events' AND column_name = 'seq') AS seq_default"
+)
+
+
 def _postgres(conn: Connection) -> list[str]:
     problems: list[str] = []
-    cache = conn.execute(
-        text("SELECT cache_size FROM pg_sequences WHERE sequencename = :name AND schemaname = current_schema()"),
-        {"name": SEQ_SEQUENCE},
-    ).scalar()
+    # One round trip for both: the start-up check gets through a failing link more easily.
+    cache, default = conn.execute(_POSTGRES, {"sequence": SEQ_SEQUENCE}).one()
     if cache is None:
         problems.append(f"the sequence {SEQ_SEQUENCE} is missing")
     elif int(cache) != 1:
@@ -42,10 +47,6 @@ def _postgres(conn: Connection) -> list[str]:
             f"the sequence {SEQ_SEQUENCE} has CACHE {cache}: each session then holds a block of seqs, and a "
             f"low seq can commit after the horizon passed it. Repair: ALTER SEQUENCE {SEQ_SEQUENCE} CACHE 1"
         )
-    default = conn.execute(
-        text("SELECT column_default FROM information_schema.columns WHERE table_schema = current_schema() "
-             "AND table_name = 'domain_events' AND column_name = 'seq'")
-    ).scalar()
     if default is None or SEQ_FUNCTION not in str(default):
         problems.append(
             f"domain_events.seq defaults to {default!r}, not {SEQ_FUNCTION}(): a writer would draw its seq "

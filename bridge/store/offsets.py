@@ -8,27 +8,22 @@ watermark only moves forward, except through a rewind requested in `bridge_repla
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import case, func, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from bridge.errors import FencedError
-from bridge.schema import as_utc, bridge_offsets, bridge_replay_audit
+from bridge.schema import as_utc, bridge_offsets, bridge_replay_audit, domain_events
+from bridge.store import dead_letters as dead_letters_module
+from bridge.store.dead_letters import DeadLetter, OpenDeadLetters
+from bridge.store.deletable import deleted_above, hold_offsets
 from bridge.store.failures import store_error
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """The right to publish for `bridge_name`, valid while `epoch` is the row's epoch."""
-
-    bridge_name: str
-    owner: str
-    epoch: int
-    watermark: int
+from bridge.store.lease import History, Lease, RewindRequest, StartAt
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,38 +38,9 @@ class OffsetRow:
     heartbeat_at: datetime | None
     updated_at: datetime | None
     status: dict[str, Any]
+    retired_at: datetime | None = None
+    retired_reason: str | None = None
 
-
-@dataclass(frozen=True, slots=True)
-class RewindRequest:
-    """A pending `bridge_replay_audit` row asking the running leader to re-publish from `from_seq`."""
-
-    id: int
-    from_seq: int
-    requested_by: str
-    reason: str | None
-
-
-class LeaseStore(Protocol):
-    """What the daemon needs of the lease and the watermark: `OffsetStore` on a database, or the
-    in-memory one of `bridge.store.testing` in fast tests. Every write is fenced by the lease's epoch."""
-
-    def try_acquire(self, owner: str, lease_seconds: float) -> Lease | None:
-        """Take the lease if it is free or expired (bumping the epoch); None if another instance holds it."""
-        ...
-
-    def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], *,
-                allow_lower: bool = False) -> None:
-        """Write the watermark (never lower unless `allow_lower`) and renew; FencedError if stale."""
-        ...
-
-    def release(self, lease: Lease) -> None: ...
-
-    def pending_rewind(self) -> RewindRequest | None: ...
-
-    def apply_rewind(self, lease: Lease, request: RewindRequest, lease_seconds: float) -> bool: ...
-
-    def refuse_rewind(self, request: RewindRequest, why: str) -> None: ...
 
 
 def _now(conn: Connection) -> datetime:
@@ -114,6 +80,8 @@ class OffsetStore:
             heartbeat_at=row.heartbeat_at,
             updated_at=row.updated_at,
             status=json.loads(row.status_json) if row.status_json else {},
+            retired_at=row.retired_at,
+            retired_reason=row.retired_reason,
         )
 
     def ensure_row(self, start_watermark: int = 0) -> None:
@@ -163,7 +131,7 @@ class OffsetStore:
             raise store_error(exc, f"taking the lease of bridge {self._name!r}") from exc
         if result.rowcount != 1:
             return None
-        return Lease(self._name, owner, epoch, current.watermark)
+        return Lease(self._name, owner, epoch, current.watermark, led_before=current.heartbeat_at is not None)
 
     def persist(
         self,
@@ -173,17 +141,23 @@ class OffsetStore:
         status: dict[str, Any],
         *,
         allow_lower: bool = False,
+        dead_letters: Sequence[DeadLetter] = (),
     ) -> None:
         """Write the watermark and renew the lease; raise FencedError if another instance took over.
 
-        The stored watermark never moves back unless `allow_lower` (a rewind the operator asked for).
+        The stored watermark never moves back unless `allow_lower` (a rewind the operator asked for). The
+        dead letters the watermark passes are recorded in the same transaction: once retention can see the
+        new watermark, it sees them too.
         """
         column = bridge_offsets.c.watermark
         new_watermark: Any = watermark if allow_lower else case((column < watermark, watermark), else_=column)
         try:
             with self._engine.begin() as conn:
-                self._write_fenced(conn, lease, lease_seconds, _now(conn), watermark=new_watermark,
+                now = _now(conn)
+                self._write_fenced(conn, lease, lease_seconds, now, watermark=new_watermark,
                                    status_json=json.dumps(status, default=str, separators=(",", ":")))
+                if dead_letters:
+                    dead_letters_module.record(conn, self._name, dead_letters, now)
         except DBAPIError as exc:
             raise store_error(exc, f"persisting the watermark {watermark} of bridge {self._name!r}") from exc
 
@@ -204,6 +178,41 @@ class OffsetStore:
                 f"bridge {self._name!r}: lease epoch {lease.epoch} held by {lease.owner} is no longer current; "
                 "another instance took over, so this one stops publishing"
             )
+
+    # ------------------------------------------------------------------------ history and dead letters
+
+    def history(self, watermark: int) -> History:
+        try:
+            with self._engine.connect() as conn:
+                row = conn.execute(select(bridge_offsets.c.retired_at, bridge_offsets.c.retired_reason)
+                                   .where(bridge_offsets.c.bridge_name == self._name)).first()
+                deleted = deleted_above(conn, watermark)
+                oldest, head = conn.execute(select(func.min(domain_events.c.seq), func.max(domain_events.c.seq))).one()
+        except DBAPIError as exc:
+            raise store_error(exc, f"reading what cleanup deleted above bridge {self._name!r}'s watermark") from exc
+        return History(watermark, as_utc(row.retired_at) if row and row.retired_at else None,
+                       row.retired_reason if row else None, deleted,
+                       None if oldest is None else int(oldest), None if head is None else int(head))
+
+    def start_at(self, lease: Lease, start: StartAt, lease_seconds: float) -> None:
+        try:
+            with self._engine.begin() as conn:
+                now = _now(conn)
+                self._write_fenced(conn, lease, lease_seconds, now, watermark=start.watermark, retired_at=None,
+                                   retired_reason=None)
+                conn.execute(insert(bridge_replay_audit).values(
+                    bridge_name=self._name, mode="start", from_seq=start.watermark + 1,
+                    to_seq=start.accepted_through, requested_by=start.requested_by[:255], reason=start.reason,
+                    requested_at=now, applied_at=now, status="applied"))
+        except DBAPIError as exc:
+            raise store_error(exc, f"starting bridge {self._name!r} at seq {start.watermark + 1}") from exc
+
+    def open_dead_letters(self) -> OpenDeadLetters:
+        try:
+            with self._engine.connect() as conn:
+                return dead_letters_module.open_summary(conn, self._name)
+        except DBAPIError as exc:
+            raise store_error(exc, f"counting the open dead letters of bridge {self._name!r}") from exc
 
     # ------------------------------------------------------------------------------------ rewinds
 
@@ -299,39 +308,3 @@ class OffsetStore:
         if result.rowcount != 1:
             raise FencedError(f"bridge {self._name!r}: epoch moved while setting the watermark; retry")
         return epoch + 1
-
-
-# ------------------------------------------------------------------------ cleanup against rewinds
-
-
-def hold_offsets(conn: Connection, bridge_name: str) -> None:
-    """Take the bridge's offsets row for the rest of `conn`'s transaction.
-
-    Cleanup and a rewind request each decide from what they read (the watermark and pending rewinds;
-    the oldest row left) and then write: both hold this row while they do, so one always sees what the
-    other committed. A no-op UPDATE rather than SELECT ... FOR UPDATE because it locks on every
-    dialect: a row lock on PostgreSQL and SQL Server, the database's write lock on SQLite (where a
-    plain SELECT would not even begin the transaction).
-    """
-    conn.execute(
-        update(bridge_offsets)
-        .where(bridge_offsets.c.bridge_name == bridge_name)
-        .values(watermark=bridge_offsets.c.watermark)
-    )
-
-
-def deletable_up_to(conn: Connection, bridge_name: str) -> tuple[int, int | None]:
-    """The highest seq cleanup may delete (published, and below every pending rewind), and the lowest
-    pending rewind's from_seq (None when none is pending). Read under `hold_offsets` to act on it."""
-    audit = bridge_replay_audit
-    watermark = conn.execute(
-        select(bridge_offsets.c.watermark).where(bridge_offsets.c.bridge_name == bridge_name)
-    ).scalar()
-    rewind_from = conn.execute(
-        select(func.min(audit.c.from_seq))
-        .where(audit.c.bridge_name == bridge_name, audit.c.mode == "rewind", audit.c.status == "pending")
-    ).scalar()
-    limit = int(watermark or 0)
-    if rewind_from is not None:
-        limit = min(limit, int(rewind_from) - 1)
-    return limit, None if rewind_from is None else int(rewind_from)

@@ -37,23 +37,26 @@ class RevisionUnreadable(Exception):
 def schema_revision(conn: Connection) -> str | None:
     """The revision recorded in `outbox_alembic_version`, or None when the outbox was never migrated.
 
-    Raises `RevisionUnreadable` when the tables exist but the login may not read the version table."""
-    missing = [name for name in _OUTBOX_TABLES if not inspect(conn).has_table(name)]
-    if missing:
-        return None
+    Raises `RevisionUnreadable` when the tables exist but the login may not read the version table. The
+    version table is read first (two round trips); the outbox tables are looked up only when it cannot be
+    read, so a start-up on a failing link has as little to get through as it can."""
+    # In a savepoint: on PostgreSQL a refused SELECT would otherwise abort the caller's transaction.
+    # SQLite has no logins to refuse it, and pysqlite's savepoints need workarounds: none there.
+    savepoint = conn.dialect.name != "sqlite" and conn.in_transaction()
     try:
-        # In a savepoint: on PostgreSQL a refused SELECT would otherwise abort the caller's transaction.
-        # SQLite has no logins to refuse it, and pysqlite's savepoints need workarounds: none there.
-        savepoint = conn.dialect.name != "sqlite" and conn.in_transaction()
         with conn.begin_nested() if savepoint else nullcontext():
             return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
     except DBAPIError as exc:
-        if is_permission_denied(exc):
-            raise RevisionUnreadable(
-                f"the login may not read {VERSION_TABLE} ({str(exc.orig).strip().splitlines()[0]}); "
-                f"grant it SELECT on {VERSION_TABLE} so the bridge can check the schema revision"
-            ) from exc
-        raise
+        if not is_permission_denied(exc):
+            raise
+        if not savepoint and conn.in_transaction():
+            conn.rollback()  # the refused SELECT began it (and aborted it, on PostgreSQL): look at the tables anew
+        if any(not inspect(conn).has_table(name) for name in _OUTBOX_TABLES):
+            return None
+        raise RevisionUnreadable(
+            f"the login may not read {VERSION_TABLE} ({str(exc.orig).strip().splitlines()[0]}); "
+            f"grant it SELECT on {VERSION_TABLE} so the bridge can check the schema revision"
+        ) from exc
 
 
 def revision_problem(current: str | None) -> str | None:

@@ -23,7 +23,9 @@ from typing import Any
 from bridge.core.holes import Horizon, SeqRange
 from bridge.core.records import OutboxRow
 from bridge.errors import FencedError
-from bridge.store.offsets import Lease, RewindRequest
+from bridge.store.dead_letters import DeadLetter, OpenDeadLetters
+from bridge.store.deletable import Deleted
+from bridge.store.lease import History, Lease, RewindRequest, StartAt
 from bridge.store.reader import TailReader, VisibleRows
 
 
@@ -141,6 +143,13 @@ class InMemoryLeaseStore:
         self.persists = 0
         self._clock = clock
         self._rewinds: list[tuple[RewindRequest, str]] = []
+        #: Dead letters on record, by seq, with when they were recorded; `resolve` closes one.
+        self.dead_letters: dict[int, tuple[DeadLetter, datetime]] = {}
+        #: What a test says cleanup deleted (`bridge_deletions`), and whether the name is retired.
+        self.deleted: Deleted | None = None
+        self.retired_at: datetime | None = None
+        self.starts: list[StartAt] = []
+        self.led_before = False
 
     def try_acquire(self, owner: str, lease_seconds: float) -> Lease | None:
         now = self._clock()
@@ -149,7 +158,8 @@ class InMemoryLeaseStore:
         self.epoch += 1
         self.owner = owner
         self.expires_at = now + lease_seconds
-        return Lease(self.bridge_name, owner, self.epoch, self.watermark)
+        led_before, self.led_before = self.led_before, True
+        return Lease(self.bridge_name, owner, self.epoch, self.watermark, led_before=led_before)
 
     def steal(self, owner: str = "another-instance") -> None:
         """Another instance takes the lease over, as after this one's lease expired."""
@@ -162,12 +172,32 @@ class InMemoryLeaseStore:
                               f"longer current (epoch {self.epoch}, {self.owner})")
 
     def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], *,
-                allow_lower: bool = False) -> None:
+                allow_lower: bool = False, dead_letters: Sequence[DeadLetter] = ()) -> None:
         self._fence(lease)
         self.watermark = watermark if allow_lower else max(self.watermark, watermark)
         self.expires_at = self._clock() + lease_seconds
         self.status = status
         self.persists += 1
+        now = datetime.now(UTC)
+        self.dead_letters.update((letter.seq, (letter, now)) for letter in dead_letters)
+
+    def resolve(self, seq: int) -> None:
+        del self.dead_letters[seq]
+
+    def open_dead_letters(self) -> OpenDeadLetters:
+        oldest = min((at for _, at in self.dead_letters.values()), default=None)
+        return OpenDeadLetters(len(self.dead_letters), oldest)
+
+    def history(self, watermark: int) -> History:
+        deleted = self.deleted if self.deleted is not None and self.deleted.through_seq > watermark else None
+        return History(watermark, self.retired_at, "retired in a test" if self.retired_at else None, deleted,
+                       None, None)
+
+    def start_at(self, lease: Lease, start: StartAt, lease_seconds: float) -> None:
+        self._fence(lease)
+        self.watermark = start.watermark
+        self.retired_at = None
+        self.starts.append(start)
 
     def release(self, lease: Lease) -> None:
         if lease.epoch == self.epoch:

@@ -18,7 +18,8 @@ from bridge.errors import FencedError
 from bridge.migrate import upgrade
 from bridge.schema import bridge_replay_audit
 from bridge.store.engine import make_engine
-from bridge.store.offsets import Lease, OffsetStore
+from bridge.store.lease import Lease
+from bridge.store.offsets import OffsetStore
 
 
 def _take(store: OffsetStore, owner: str, lease_seconds: float) -> Lease:

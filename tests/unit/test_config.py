@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -443,6 +444,31 @@ def test_bad_retention_names_the_setting_and_the_forms(value: str) -> None:
     assert "BRIDGE_RETENTION" in message and "e.g. 90m, 12h, 7d" in message
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "accepted"),
+    [
+        ("BRIDGE_START_FROM", "latest", "earliest (the oldest row still in the outbox) or a seq"),
+        ("BRIDGE_START_FROM", "0", "earliest (the oldest row still in the outbox) or a seq"),
+        ("BRIDGE_DEAD_LETTER_ALERT_AFTER", "0h", "e.g. 1h"),
+        ("BRIDGE_RETENTION_HOLD_ALERT_AFTER", "soon", "e.g. 6h"),
+    ],
+)
+def test_bad_start_and_alert_settings_name_the_setting_the_value_and_the_forms(
+    variable: str, value: str, accepted: str
+) -> None:
+    message = refusal({"OUTBOX_DB_URL": "sqlite:///x.db", variable: value})
+    assert f"{variable}={value!r}" in message and accepted in message
+
+
+def test_start_from_and_alert_thresholds_reach_their_sections() -> None:
+    config = load_config(env={"OUTBOX_DB_URL": "sqlite:///x.db", "BRIDGE_START_FROM": " Earliest ",
+                              "BRIDGE_DEAD_LETTER_ALERT_AFTER": "30m", "BRIDGE_RETENTION": "7d",
+                              "BRIDGE_RETENTION_HOLD_ALERT_AFTER": "1d"})
+    assert config.loop.start_from == "earliest" and config.loop.dead_letter_alert_after_s == 1800
+    assert config.retention_section is not None and config.retention_section.hold_alert_after_s == 86400
+    assert load_config(env={"BRIDGE_START_FROM": "0042"}).start_from == "42"
+
+
 @pytest.mark.parametrize(("persist", "lease"), [("5", "10"), ("6", "10"), ("1", "1")])
 def test_a_persist_interval_of_half_the_lease_timeout_or_more_is_refused(persist: str, lease: str) -> None:
     message = refusal({"BRIDGE_PERSIST_INTERVAL_S": persist, "BRIDGE_LEASE_TIMEOUT_S": lease})
@@ -452,3 +478,19 @@ def test_a_persist_interval_of_half_the_lease_timeout_or_more_is_refused(persist
 def test_a_persist_interval_below_half_the_lease_timeout_is_accepted() -> None:
     config = load_config(env={"BRIDGE_PERSIST_INTERVAL_S": "4.9", "BRIDGE_LEASE_TIMEOUT_S": "10"})
     assert config.persist_interval_s == 4.9
+
+
+def test_topics_keep_every_record_by_default_and_the_setting_takes_a_duration() -> None:
+    config = load_config(env={})
+    assert config.topic_retention == "forever" and config.topic_retention_ms == -1
+    assert config.topics.policy().retention_ms == -1 and config.topics.policy().outbox_retention is None
+    chosen = load_config(env={"BRIDGE_TOPIC_RETENTION": "30d", "BRIDGE_RETENTION": "7d"})
+    assert chosen.topic_retention_ms == 30 * 86_400_000
+    assert chosen.topics.policy().outbox_retention == timedelta(days=7)
+    assert load_config(env={"BRIDGE_TOPIC_RETENTION": " Forever "}).topic_retention_ms == -1
+
+
+@pytest.mark.parametrize("value", ["7", "never", "0d", "-1", "infinite"])
+def test_a_bad_topic_retention_names_the_setting_the_value_and_the_forms(value: str) -> None:
+    message = refusal({"BRIDGE_TOPIC_RETENTION": value})
+    assert f"BRIDGE_TOPIC_RETENTION={value!r}" in message and "forever" in message and "30d" in message

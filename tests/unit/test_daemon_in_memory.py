@@ -4,7 +4,7 @@ thread with no database and no broker. Each scenario step happens when the daemo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bridge.config import BridgeConfig
@@ -12,7 +12,8 @@ from bridge.core.records import KafkaRecord
 from bridge.daemon import EXIT_OK, BridgeDaemon
 from bridge.errors import FencedError
 from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
-from bridge.store.offsets import Lease
+from bridge.store.dead_letters import DeadLetter
+from bridge.store.lease import Lease
 from bridge.store.testing import InMemoryLeaseStore, InMemoryOutbox
 
 CONFIG = BridgeConfig(allow_single_broker=True, replication_factor=1, persist_interval_s=0.01,
@@ -143,9 +144,10 @@ class _StopsWhenFenced(InMemoryLeaseStore):
         self.on_fenced: Callable[[], None] = lambda: None
 
     def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], *,
-                allow_lower: bool = False) -> None:
+                allow_lower: bool = False, dead_letters: Sequence[DeadLetter] = ()) -> None:
         try:
-            super().persist(lease, watermark, lease_seconds, status, allow_lower=allow_lower)
+            super().persist(lease, watermark, lease_seconds, status, allow_lower=allow_lower,
+                            dead_letters=dead_letters)
         except FencedError:
             self.on_fenced()
             raise

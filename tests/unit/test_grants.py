@@ -19,15 +19,19 @@ def test_postgres_writer_gets_insert_and_the_seq_path_and_the_bridge_no_delete_w
     assert "GRANT USAGE ON SEQUENCE public.domain_events_seq_seq TO app" in grants
     assert "GRANT EXECUTE ON FUNCTION public.outbox_next_seq() TO app" in grants
     assert "GRANT SELECT ON TABLE public.domain_events TO relay" in grants
-    assert "GRANT SELECT, INSERT, UPDATE ON TABLE public.bridge_offsets, public.bridge_replay_audit TO relay" in grants
-    assert not [g for g in grants if "DELETE" in g]
+    assert ("GRANT SELECT, INSERT, UPDATE ON TABLE public.bridge_offsets, public.bridge_replay_audit, "
+            "public.bridge_dead_letters, public.bridge_deletions TO relay") in grants
+    assert not [g for g in grants if "DELETE" in g and "domain_events" in g], "no DELETE on the outbox"
     assert len([g for g in grants if g.endswith(" app") or " app," in g]) == 4, "INSERT, the seq path, the schema"
 
 
 def test_retention_adds_delete_for_the_bridge_only() -> None:
     for dialect in ("postgresql", "mssql"):
-        deletes = [g for g in _granted(RolePlan(dialect, retention=True)) if "DELETE" in g]
-        assert len(deletes) == 1 and "domain_events" in deletes[0] and "outbox_bridge" in deletes[0]
+        deletes = [g for g in _granted(RolePlan(dialect, retention=True)) if "DELETE" in g and "domain_events" in g]
+        assert len(deletes) == 1 and "outbox_bridge" in deletes[0]
+        # Besides, only its own instance rows, which an instance removes when it stops.
+        others = [g for g in _granted(RolePlan(dialect, retention=False)) if "DELETE" in g]
+        assert len(others) == 1 and "bridge_instances" in others[0] and "outbox_bridge" in others[0]
 
 
 def test_every_object_is_revoked_before_it_is_granted_so_reapplying_takes_delete_back() -> None:

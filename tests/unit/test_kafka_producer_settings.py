@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import pytest
@@ -11,7 +12,9 @@ from pydantic import SecretStr
 
 from bridge.config import BridgeConfig, Compression
 from bridge.errors import ConfigurationError
+from bridge.kafka import producer_settings as settings_module
 from bridge.kafka.producer_settings import MAX_INT32, check_extras, is_secret_producer_key, producer_settings
+from bridge.kafka.reachability import ClientLog, quiet_client_settings, reachability
 
 pytestmark = pytest.mark.unit
 
@@ -209,3 +212,29 @@ def test_librdkafka_accepts_the_settings_and_delivers_with_them() -> None:
     producer.produce("outbox.event.Order", key=b"order-1", value=b"{}", on_delivery=on_delivery)
     assert producer.flush(30) == 0
     assert results == [None]
+
+
+def test_the_experimental_gapless_setting_is_explained_once_at_info_not_warned_about(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # librdkafka warns (CONFWARN) at every producer build that enable.gapless.guarantee is experimental; an
+    # operator reads a warning at every start as something wrong. The bridge sets it on purpose: say why, once.
+    monkeypatch.setattr(settings_module, "_gapless_explained", threading.Event(), raising=False)  # a new process
+    conf = dict(producer_settings(config_with()).conf)
+    with caplog.at_level(logging.INFO, logger="bridge"):
+        for _ in range(2):  # a start, and a rebuild after a fatal error
+            producer = Producer({**conf, **quiet_client_settings("mock"), "test.mock.num.brokers": 1})
+            producer.poll(0.5)  # serves the client's log, where the warning waits from the build on
+            producer.flush(5)
+    gapless = [r for r in caplog.records if "enable.gapless.guarantee" in r.getMessage()]
+    assert [r.getMessage() for r in gapless if r.levelno >= logging.WARNING] == []
+    assert [(r.levelno, r.getMessage()) for r in gapless] == [(logging.INFO, settings_module.GAPLESS_REASON)]
+
+
+def test_other_client_warnings_still_reach_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    consumer_only = ("[thrd:app]: Configuration property auto.offset.reset is a consumer property and will be "
+                     "ignored by this producer instance")
+    with caplog.at_level(logging.INFO, logger="bridge"):
+        ClientLog(reachability("mock")).log(logging.WARNING, "%s [%s] %s", "CONFWARN", "rdkafka#producer-1",
+                                            consumer_only)
+    assert [(r.levelno, r.name) for r in caplog.records] == [(logging.WARNING, "bridge.kafka.librdkafka")]
+    assert "auto.offset.reset is a consumer property" in caplog.records[0].getMessage()

@@ -52,6 +52,9 @@ REQUIRED_ALERTS = {
     "OutboxPublishErrors",
     "OutboxInstanceDown",
     "OutboxNoLeader",
+    "OutboxDeadLettersOpen",
+    "OutboxBridgeNotStarting",
+    "OutboxRetentionHeldBack",
     "ProjectionLagHigh",
     "ProjectionFailedBatches",
 }

@@ -211,3 +211,11 @@ def test_replay_help_documents_drop_earlier_state(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         main(["replay", "--help"])
     assert "--drop-earlier-state" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["replay", "run"])
+def test_help_documents_accepting_a_truncated_history(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--accept-truncated-history" in out and "first offset" in out

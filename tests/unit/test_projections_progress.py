@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -51,3 +52,23 @@ def test_round_trip_through_the_lake(tmp_path: Path) -> None:
     write_progress(lake, record)
     assert read_progress(lake, "p") == record
     assert (tmp_path / "_progress" / "p.json").is_file()
+
+
+def test_a_record_created_with_its_history_keeps_the_oldest_event_time_applied() -> None:
+    history = {"complete": False, "deleted_before": {"t": {"0": 17}}}
+    start = Progress("p", "event_log", "/t", history=history)
+    first = start.advanced(0, dataclasses.replace(stats({"t": {"0": 30}}, 40, "2024-05-01T12:00:40.000000Z"),
+                                                  first_event_time="2024-05-01T12:00:17.000000Z"))
+    # A later batch of newer events (or one without a valid event) leaves the oldest where it was.
+    later = first.advanced(1, dataclasses.replace(stats({"t": {"0": 40}}, 50, "2024-05-01T12:00:50.000000Z"),
+                                                  first_event_time="2024-05-01T12:00:41.000000Z"))
+    empty = later.advanced(2, stats({"t": {"0": 41}}, None, None))
+    assert empty.oldest_event_time == "2024-05-01T12:00:17.000000Z" and empty.history == history
+
+
+def test_a_record_from_before_histories_were_noted_claims_no_oldest_event() -> None:
+    # Its table may hold events older than any batch applied from now on.
+    legacy = Progress.from_json('{"projection": "p", "kind": "fold", "table": "/t", "batch_id": 7}')
+    after = legacy.advanced(8, dataclasses.replace(stats({"t": {"0": 3}}, 9, "2024-05-01T12:00:09.000000Z"),
+                                                   first_event_time="2024-05-01T12:00:02.000000Z"))
+    assert after.history is None and after.oldest_event_time is None

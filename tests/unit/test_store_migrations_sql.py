@@ -217,11 +217,27 @@ def test_downgrade_sql_drops_everything_the_upgrade_created() -> None:
     assert ddl.index("DROP TABLE domain_events") < ddl.index("DROP FUNCTION outbox_next_seq()")
 
 
-def test_head_drops_the_holes_table_nothing_wrote() -> None:
-    assert migrate.head() == "0003"
+def test_0003_drops_the_holes_table_nothing_wrote() -> None:
     for dialect in ("sqlite", "postgresql", "mssql"):
         ddl = migrate.sql(dialect, "0002:0003")
         assert "DROP TABLE bridge_holes" in ddl
+
+
+def test_head_0004_adds_dead_letters_deletions_and_retired_names_and_records_what_is_gone() -> None:
+    assert migrate.head() == "0004"
+    last_drawn = {"sqlite": "FROM sqlite_sequence WHERE name = 'domain_events'",
+                  "postgresql": "FROM domain_events_seq_seq",
+                  "mssql": "last_used_value AS BIGINT) FROM sys.sequences WHERE name = 'domain_events_seq'"}
+    for dialect, drawn in last_drawn.items():
+        ddl = migrate.sql(dialect, "0003:0004")
+        assert "PRIMARY KEY (bridge_name, seq)" in table_ddl(ddl, "bridge_dead_letters")
+        assert "through_seq BIGINT NOT NULL" in table_ddl(ddl, "bridge_deletions")
+        assert "ADD COLUMN retired_at" in ddl or "ADD retired_at" in ddl
+        # Offline too: the record of rows an older release deleted is computed by the script itself.
+        seeding = ddl[ddl.index("INSERT INTO bridge_deletions"):]
+        assert "SELECT MIN(seq) - 1 FROM domain_events" in seeding and drawn in seeding
+        down = migrate.sql(dialect, "0004:0003", downgrade=True)
+        assert "DROP TABLE bridge_dead_letters" in down and "DROP TABLE bridge_deletions" in down
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,11 @@ def _audit_rows(url: str) -> list[dict]:
 
 
 def test_range_replay_publishes_the_range_and_leaves_the_watermark(capsys, postgres_url, kafka_bootstrap,
-                                                                   topic_factory) -> None:
+                                                                   topic_factory, monkeypatch) -> None:
+    # The replay checks its target topic as the daemon does: a replication factor of 1 passes on this one-broker
+    # development cluster only when allowed.
+    monkeypatch.setenv("BRIDGE_ALLOW_SINGLE_BROKER", "true")
+    monkeypatch.setenv("BRIDGE_REPLICATION_FACTOR", "1")
     config = _published(postgres_url, kafka_bootstrap, 100)
     target = topic_factory("replay", partitions=1)
 
@@ -105,7 +109,8 @@ def test_replay_refusals_exit_non_zero_and_say_what_to_do(capsys, sqlite_url, ka
     code, _, err = _cli(capsys, config, "replay", *args, "--yes")
     assert code == 5
     assert message in err
-    assert _audit_rows(sqlite_url) == []
+    [refused] = _audit_rows(sqlite_url)
+    assert refused["status"] == "refused" and message in refused["reason"], "the refused attempt is on record"
 
 
 def test_cleanup_never_deletes_above_the_watermark_and_the_daemon_keeps_running(

@@ -177,6 +177,46 @@ SCENARIOS: list[dict[str, Any]] = [
         "expect": {"1m": [], "3m": [bridge("active", policy="halt")]},
     },
     {
+        "alert": "OutboxDeadLettersOpen",
+        "series": [
+            # Open an hour past the bridge's threshold (BRIDGE_DEAD_LETTER_ALERT_AFTER=1h).
+            ("outbox_dead_letter_oldest_age_seconds", bridge("old"), "0+60x90"),
+            ("outbox_dead_letters_open", bridge("old"), "1x90"),
+            ("outbox_dead_letter_alert_after_seconds", bridge("old"), "3600x90"),
+            ("outbox_is_leader", bridge("old"), "1x90"),
+            # A longer threshold: not yet.
+            ("outbox_dead_letter_oldest_age_seconds", bridge("patient"), "0+60x90"),
+            ("outbox_dead_letters_open", bridge("patient"), "1x90"),
+            ("outbox_dead_letter_alert_after_seconds", bridge("patient"), "7200x90"),
+            ("outbox_is_leader", bridge("patient"), "1x90"),
+            # A standby's gauges say nothing.
+            ("outbox_dead_letter_oldest_age_seconds", bridge("standby"), "0+60x90"),
+            ("outbox_dead_letters_open", bridge("standby"), "1x90"),
+            ("outbox_dead_letter_alert_after_seconds", bridge("standby"), "3600x90"),
+            ("outbox_is_leader", bridge("standby"), "0x90"),
+            # Resolved: none open.
+            ("outbox_dead_letter_oldest_age_seconds", bridge("resolved"), "0x90"),
+            ("outbox_dead_letters_open", bridge("resolved"), "0x90"),
+            ("outbox_dead_letter_alert_after_seconds", bridge("resolved"), "3600x90"),
+            ("outbox_is_leader", bridge("resolved"), "1x90"),
+        ],
+        "expect": {"30m": [], "70m": [bridge("old")]},
+    },
+    {
+        "alert": "OutboxRetentionHeldBack",
+        "series": [
+            # Name b has kept rows a published for longer and longer, past a's threshold of 6 hours.
+            ("outbox_retention_held_back_seconds", bridge("a", held_by="b"), "0+600x60"),
+            ("outbox_retention_hold_alert_after_seconds", bridge("a"), "21600x60"),
+            ("outbox_is_leader", bridge("a"), "1x60"),
+            # Held back a little: quiet.
+            ("outbox_retention_held_back_seconds", bridge("c", held_by="d"), "600x60"),
+            ("outbox_retention_hold_alert_after_seconds", bridge("c"), "21600x60"),
+            ("outbox_is_leader", bridge("c"), "1x60"),
+        ],
+        "expect": {"20m": [], "50m": [bridge("a", held_by="b")]},
+    },
+    {
         "alert": "OutboxLateEvents",
         "series": [("outbox_late_events_total", bridge("active"), "0 0 2x10")],
         "expect": {"1m": [], "5m": [bridge("active")]},
@@ -215,6 +255,21 @@ SCENARIOS: list[dict[str, Any]] = [
             "1m": [],
             "5m": ['job="outbox-bridge",bridge_name="orders"', 'job="outbox-bridge",bridge_name="billing"'],
         },
+    },
+    {
+        "alert": "OutboxBridgeNotStarting",
+        "series": [
+            # Starting for longer and longer past its threshold (BRIDGE_STARTUP_ALERT_AFTER=5m).
+            ("outbox_startup_seconds", bridge("stuck"), "0+60x20"),
+            ("outbox_startup_alert_after_seconds", bridge("stuck"), "300x20"),
+            # A healthy standby reports 0.
+            ("outbox_startup_seconds", bridge("standby"), "0x20"),
+            ("outbox_startup_alert_after_seconds", bridge("standby"), "300x20"),
+            # Started after two minutes.
+            ("outbox_startup_seconds", bridge("slow"), "0+60x2 0x18"),
+            ("outbox_startup_alert_after_seconds", bridge("slow"), "300x20"),
+        ],
+        "expect": {"4m": [], "10m": [bridge("stuck")]},
     },
     {
         "alert": "OutboxInstanceDown",
