@@ -204,6 +204,21 @@ def test_every_variable_the_chart_sets_for_a_projection_is_a_setting_it_knows(va
         projection_settings.load_settings(env=env)
 
 
+def test_the_bridge_and_migration_arguments_are_commands_the_cli_takes() -> None:
+    from bridge.cli import build_parser
+
+    result = helm_template("--values", str(VALUES["default"]), "--set", "bridge.extraArgs={--start-from,earliest}")
+    assert result.returncode == 0, result.stderr
+    docs = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "Job") and "command" not in doc["spec"]["template"]["spec"]["containers"][0]:
+            args = doc["spec"]["template"]["spec"]["containers"][0]["args"]
+            parsed = build_parser().parse_args(args)  # exits (SystemExit) on anything the CLI does not know
+            assert parsed.command == args[0]
+    (deployment,) = [doc for doc in docs if doc["kind"] == "Deployment"]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["args"] == ["run", "--start-from", "earliest"]
+
+
 # ---------------------------------------------------------------------------------------------------- probes
 
 
