@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from types import MappingProxyType
@@ -154,11 +153,6 @@ class BridgeConfig(BridgeSettings):
             bootstrap_servers=self.bootstrap_servers,
             security=MappingProxyType(connection_settings(self._typed_security(), self.producer_extra)),
         )
-
-    @property
-    def client_security(self) -> Mapping[str, Any]:
-        """The security settings of every Kafka client (so the whole configuration is a ProducerConfig too)."""
-        return self.kafka.security
 
     @property
     def producer(self) -> ProducerSection:
