@@ -1,12 +1,18 @@
-"""`BridgeConfig`: the settings checked against each other, and the sections derived from them."""
+"""`BridgeConfig`: the settings checked against each other, and the sections derived from them once.
+
+Each section is derived on first use and kept: the configuration is frozen, so it cannot go stale (a
+`model_copy` with changes derives its own).
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import timedelta
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Self
 
 from pydantic import model_validator
 
@@ -142,11 +148,11 @@ class BridgeConfig(BridgeSettings):
 
     # -------------------------------------------------------------------------------------- sections
 
-    @property
+    @cached_property
     def database(self) -> DatabaseSection:
         return DatabaseSection(url=self.db_url, bridge_name=self.bridge_name)
 
-    @property
+    @cached_property
     def kafka(self) -> KafkaConnection:
         """Bootstrap and security settings of every Kafka client (typed settings, and security extras)."""
         return KafkaConnection(
@@ -154,7 +160,7 @@ class BridgeConfig(BridgeSettings):
             security=MappingProxyType(connection_settings(self._typed_security(), self.producer_extra)),
         )
 
-    @property
+    @cached_property
     def producer(self) -> ProducerSection:
         return ProducerSection(
             bridge_name=self.bridge_name,
@@ -170,7 +176,7 @@ class BridgeConfig(BridgeSettings):
             allow_unsafe_producer=self.allow_unsafe_producer,
         )
 
-    @property
+    @cached_property
     def topics(self) -> TopicSection:
         return TopicSection(
             bootstrap_servers=self.bootstrap_servers,
@@ -185,7 +191,7 @@ class BridgeConfig(BridgeSettings):
             outbox_retention=self.retention_period,
         )
 
-    @property
+    @cached_property
     def loop(self) -> LoopSection:
         return LoopSection(
             max_in_flight=self.max_in_flight,
@@ -202,13 +208,21 @@ class BridgeConfig(BridgeSettings):
             startup_alert_after_s=parse_duration(self.startup_alert_after).total_seconds(),
         )
 
-    @property
+    @cached_property
     def retention_section(self) -> RetentionSection | None:
         """Retention while leading, or None when every row is kept."""
         period = self.retention_period
         return None if period is None else RetentionSection(
             period=period, interval_s=self.retention_interval_s,
             hold_alert_after_s=parse_duration(self.retention_hold_alert_after).total_seconds())
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; with `update`, its sections are derived anew from its own settings, not copied."""
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            for derived in set(copied.__dict__) - set(type(self).model_fields):
+                del copied.__dict__[derived]
+        return copied
 
     def masked(self) -> dict[str, Any]:
         """Every setting as plain values for the start-up log, with credentials masked."""
