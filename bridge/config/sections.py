@@ -1,9 +1,10 @@
-"""The sections of the configuration: each part of the bridge is given the one it uses, never the whole.
+"""The sections of the configuration: each part of the bridge is given the one it uses, not the whole.
 
 The engine and the commands that only read or write the outbox get the database section; every Kafka client
-the connection; the producer its own section; the topic guard, the router and the poison gate the topic
+the connection; the producer its own section; the topic guard's policy, the router and the poison gate the topic
 section; the daemon's loop its pace and limits; retention its period. `BridgeConfig` derives each once from
-the settings as loaded.
+the settings as loaded; only `build_daemon` and a command's entry point, which hand the sections out, take
+the whole configuration.
 """
 
 from __future__ import annotations
