@@ -26,7 +26,7 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
-from bridge.config import BridgeConfig, PoisonPolicy
+from bridge.config import BridgeConfig, PoisonPolicy, parse_duration
 from bridge.daemon.status import holder_age_s
 from bridge.errors import OutboxError
 from bridge.kafka.acl_check import AclFinding, bridge_acl_findings
@@ -342,7 +342,7 @@ class BridgeDoctor:
         from bridge.names import list_names
 
         checks = []
-        for name in list_names(self.config):
+        for name in list_names(self.config.database, parse_duration(self.config.retention_hold_alert_after)):
             if name["bridge_name"] == self.config.bridge_name or name["retired_at"]:
                 continue
             held = " and holds retention back" if name["holds_retention_back"] else ""
