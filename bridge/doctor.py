@@ -185,8 +185,7 @@ class BridgeDoctor:
                               "unreadable", str(exc))]
         problem = revision_problem(current)
         if problem is not None:
-            summary, _, fix = problem.partition(". ")
-            return [Check("schema revision", Verdict.FAILED, summary, fix or None)]
+            return [Check("schema revision", Verdict.FAILED, problem.summary, problem.fix)]
         self._found.migrated = True
         return [Check("schema revision", Verdict.OK, f"migrated, at revision {current} (the newest)")]
 
@@ -201,12 +200,9 @@ class BridgeDoctor:
                 "sqlite": "seq is AUTOINCREMENT (one writer at a time)",
             }.get(dialect, "nothing to check on this database")
             return [Check("never-skip seq path", Verdict.OK, f"intact: {intact}")]
-        return [
-            Check("never-skip seq path", Verdict.FAILED, problem.split(". Repair: ")[0],
-                  problem.split(". Repair: ")[1] if ". Repair: " in problem
-                  else "re-run `outbox-bridge migrate`, or undo the change by hand")
-            for problem in problems
-        ]
+        return [Check("never-skip seq path", Verdict.FAILED, problem.summary,
+                      problem.repair or "re-run `outbox-bridge migrate`, or undo the change by hand")
+                for problem in problems]
 
     def _privileges(self) -> list[Check]:
         retention = self.config.retention_period is not None
@@ -458,7 +454,7 @@ class BridgeDoctor:
                     checks.append(Check("topics", Verdict.FAILED, f"{topic}: missing and BRIDGE_ALLOW_CREATE_TOPICS "
                                         "is false", "create it: `outbox-bridge topics ensure` as an admin"))
             elif report.problems:
-                checks.extend(_topic_problem(problem) for problem in report.problems)
+                checks.extend(Check("topics", Verdict.FAILED, p.summary, p.fix) for p in report.problems)
             else:
                 kept = ", every record kept" if report.history is None else ""
                 checks.append(Check("topics", Verdict.OK,
@@ -494,12 +490,6 @@ def _fix_for(name: str) -> str:
                  "starts them) and the security settings (KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*, "
                  "KAFKA_SSL_CA_LOCATION)",
     }.get(name, "see the error; `outbox-bridge status` and the bridge's log tell more")
-
-
-def _topic_problem(problem: str) -> Check:
-    # TopicGuard's problems read "topic T: what is wrong; what to do".
-    summary, _, fix = problem.partition("; ")
-    return Check("topics", Verdict.FAILED, summary, fix or None)
 
 
 def _acl_check(finding: AclFinding) -> Check:
