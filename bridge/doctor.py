@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Final
+from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -27,12 +27,12 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
 from bridge.config import BridgeConfig, PoisonPolicy
-from bridge.daemon.status import holder_age_s
+from bridge.daemon.status import LONG_TRANSACTION_S, holder_age_s
 from bridge.errors import OutboxError
 from bridge.kafka.acl_check import AclFinding, bridge_acl_findings
 from bridge.kafka.reachability import quiet_client_settings
 from bridge.kafka.topics import TopicGuard, TopicPolicy
-from bridge.schema import domain_events
+from bridge.schema import as_utc, domain_events
 from bridge.store import dead_letters, instances
 from bridge.store.access import grant_statements, login, missing_privileges
 from bridge.store.deletable import deletable
@@ -45,11 +45,6 @@ from bridge.store.revision import RevisionUnreadable, revision_problem, schema_r
 CHECK_TIMEOUT_S: Final = 20.0
 #: Seconds a Kafka request may take (metadata, configs, ACLs): well inside CHECK_TIMEOUT_S.
 KAFKA_TIMEOUT_S: Final = 8.0
-#: A transaction holding the horizon back longer than this is worth a warning (as in the daemon).
-LONG_TRANSACTION_S: Final = 10.0
-#: librdkafka settings an admin client takes from the producer's: how to reach and log in to the cluster.
-_CLIENT_PREFIXES: Final = ("bootstrap.servers", "client.id", "security.", "sasl.", "ssl.", "socket.", "broker.",
-                           "client.dns.lookup", "enable.ssl.", "oauthbearer")
 
 
 class Verdict(StrEnum):
@@ -371,7 +366,7 @@ class BridgeDoctor:
                           f"start that bridge, or retire the name: `outbox-bridge names retire {held.held_back_by} "
                           "--reason ...`")]
         if oldest is not None:
-            age = datetime.now(UTC) - _as_utc(oldest)
+            age = datetime.now(UTC) - as_utc(oldest)
             overdue = age - period
             if overdue.total_seconds() > 2 * self.config.retention_interval_s + 60 and self._found.watermark > 0:
                 return [Check("retention", Verdict.WARNING, f"{summary}, yet the oldest row is {age} old",
@@ -390,8 +385,7 @@ class BridgeDoctor:
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
-            producer = self.config.producer.as_librdkafka_dict()
-            conf = {k: v for k, v in producer.items() if k.startswith(_CLIENT_PREFIXES)}
+            conf = self.config.kafka.client_conf()
             self._admin = AdminClient({**conf, **quiet_client_settings(self.config.bootstrap_servers)})
         return self._admin
 
@@ -510,16 +504,11 @@ def _server_version(conn: Connection) -> str:
     return dialect
 
 
-def _as_utc(value: Any) -> datetime:
-    moment: datetime = datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else value
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _ago(moment: datetime | None, now: datetime) -> str:
     if moment is None:
         return "never"
-    seconds = (now - _as_utc(moment)).total_seconds()
-    return f"{seconds:.1f}s ago" if seconds < 120 else f"at {_as_utc(moment).isoformat(timespec='seconds')}"
+    seconds = (now - as_utc(moment)).total_seconds()
+    return f"{seconds:.1f}s ago" if seconds < 120 else f"at {as_utc(moment).isoformat(timespec='seconds')}"
 
 
 def _first_line(exc: BaseException) -> str:
