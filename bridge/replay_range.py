@@ -55,7 +55,7 @@ def verdict(topics: TopicSection, report: TopicReport) -> str:
         return (f"missing: created before sending, replication factor {topics.replication_factor}, "
                 f"min.insync.replicas {TopicPolicy.min_isr(topics.replication_factor)}")
     if report.problems:
-        return "unsafe: refused as the bridge refuses it: " + "; ".join(report.problems)
+        return "unsafe: refused as the bridge refuses it: " + "; ".join(map(str, report.problems))
     return "ok"
 
 

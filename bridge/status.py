@@ -116,13 +116,14 @@ def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topic
         reports.append(report)
     unsafe = [r for r in reports if not r.safe]
     if as_json:
-        print(json.dumps([asdict(r) | {"safe": r.safe} for r in reports], indent=2, default=str))
+        print(json.dumps([asdict(r) | {"problems": [str(p) for p in r.problems], "safe": r.safe} for r in reports],
+                         indent=2, default=str))
     else:
         table = Table(title="bridge topics")
         for column in ("topic", "partitions", "rf", "min isr", "unclean", "retention", "verdict"):
             table.add_column(column)
         for r in reports:
-            verdict = "ok" if r.safe else "; ".join(r.problems)
+            verdict = "ok" if r.safe else "; ".join(map(str, r.problems))
             if r.safe and r.history is not None:
                 verdict = "warning: finite history (below)"
             table.add_row(r.topic, str(r.partitions), str(r.replication_factor), str(r.min_insync_replicas),

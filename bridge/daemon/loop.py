@@ -36,7 +36,7 @@ from bridge.daemon.leadership import Leadership
 from bridge.daemon.poison import PRODUCER_MAX_MESSAGE_BYTES, PoisonGate
 from bridge.daemon.retention import Retention
 from bridge.daemon.startup import Failing, Startup, StartupClock, StartupStep
-from bridge.daemon.status import holder_age_s, report
+from bridge.daemon.status import LONG_TRANSACTION_S, holder_age_s, report
 from bridge.errors import (
     DatabaseLoginError,
     DatabaseTlsError,
@@ -83,8 +83,6 @@ RECORD_REFUSED = frozenset({
     KafkaError.INVALID_MSG_SIZE,
 })
 _PRODUCE_REQUEST_TOPIC = re.compile(r"ProduceRequest for (\S+) \[")
-#: A transaction holding the horizon back this long is worth a warning; shorter ones are ordinary commits.
-LONG_TRANSACTION_S = 10.0
 #: How long a rewind waits for in-flight acks before it discards the producer.
 REWIND_DRAIN_S = 10.0
 
