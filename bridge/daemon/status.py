@@ -16,7 +16,8 @@ LONG_TRANSACTION_S = 10.0
 
 
 def holder_age_s(holder: dict[str, Any] | None) -> float | None:
-    """How long the horizon holder's transaction has run, when the holder says when it started."""
+    """How long the horizon holder of a status report (`HorizonHolder.as_status`) has run, when it says when it
+    started."""
     if holder is None or not holder.get("started_at"):
         return None
     return (datetime.now(UTC) - datetime.fromisoformat(holder["started_at"])).total_seconds()
@@ -34,7 +35,7 @@ def report(tracker: AckTracker, reader: OutboxReader, metrics: BridgeMetrics, **
     metrics.lag_seconds.set(lag_seconds)
     metrics.in_flight_events.set(tracker.in_flight_count)
     metrics.in_flight_bytes.set(tracker.in_flight_bytes)
-    age = holder_age_s(holder)
+    age = holder.age_s() if holder is not None else None
     if age is not None:
         metrics.horizon_oldest_xact_age_seconds.set(age)
     elif holder is None:
@@ -46,7 +47,7 @@ def report(tracker: AckTracker, reader: OutboxReader, metrics: BridgeMetrics, **
         "lag_seconds": round(lag_seconds, 3),
         "in_flight": tracker.in_flight_count,
         "unacked": tracker.unacked_count,
-        "horizon_holder": holder,
+        "horizon_holder": holder.as_status() if holder is not None else None,
         **extra,
         "updated_at": datetime.now(UTC).isoformat(),
     }

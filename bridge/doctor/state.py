@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from sqlalchemy import select, text
 
 from bridge.config import BridgeConfig, parse_duration
-from bridge.daemon.status import LONG_TRANSACTION_S, holder_age_s
+from bridge.daemon.status import LONG_TRANSACTION_S
 from bridge.doctor.checklist import Check, Verdict
 from bridge.doctor.database import OutboxDatabase
 from bridge.names import list_names
@@ -101,8 +101,9 @@ class StateChecks:
             reader.close()
         if batch.waiting_on is None:
             return [Check("horizon", Verdict.OK, "no transaction holds publishing back")]
-        age = holder_age_s(holder)
-        who = json.dumps({k: v for k, v in (holder or {}).items() if v is not None}, default=str)
+        age = holder.age_s() if holder is not None else None
+        shown = holder.as_status() if holder is not None else {}
+        who = json.dumps({k: v for k, v in shown.items() if v is not None}, default=str)
         summary = f"seq {batch.waiting_on.first} and later wait for an open transaction: {who}"
         if age is not None and age < LONG_TRANSACTION_S:
             return [Check("horizon", Verdict.OK, summary + f" (open {age:.1f}s: an ordinary commit)")]

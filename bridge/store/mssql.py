@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from typing import Any, Final
 
@@ -35,6 +36,7 @@ from bridge.core.holes import Horizon
 from bridge.core.records import OutboxRow
 from bridge.schema import MSSQL_TICKETS, domain_events
 from bridge.store.failures import store_error
+from bridge.store.holders import MSSQL_FIELDS, HorizonHolder
 from bridge.store.reader import SqlReader, VisibleRows
 from bridge.store.rows import ROW_COLUMNS
 
@@ -105,7 +107,7 @@ def read_visible(session: MssqlSession, after: int, limit: int) -> VisibleRows:
     return VisibleRows(rows, Horizon(low=min(low, high), high=high))
 
 
-def horizon_holder(conn: Connection) -> dict[str, Any] | None:
+def horizon_holder(conn: Connection) -> HorizonHolder | None:
     """The session whose open transaction holds the horizon back, with what the server says of it; None
     when no outbox writer holds it (another transaction that writes rowversions may, unnamed)."""
     try:
@@ -115,21 +117,24 @@ def horizon_holder(conn: Connection) -> dict[str, Any] | None:
         row = conn.execute(_HOLDER, {"session_id": int(session_id)}).mappings().first()
     except DBAPIError as exc:
         if any(part in str(exc.orig) for part in _NO_VIEW_SERVER_STATE):
-            return {"pid": session_id,
-                    "unknown": "the bridge's login may not read sys.dm_exec_sessions: GRANT VIEW SERVER STATE "
-                               "(or VIEW DATABASE STATE) to it to see that session's program, host and start"}
+            return HorizonHolder(
+                pid=session_id,
+                unknown="the bridge's login may not read sys.dm_exec_sessions: GRANT VIEW SERVER STATE "
+                        "(or VIEW DATABASE STATE) to it to see that session's program, host and start",
+                reported=("pid", "unknown"))
         raise store_error(exc, "naming the transaction that holds MIN_ACTIVE_ROWVERSION()") from exc
     if row is None:
-        return {"pid": int(session_id)}
-    return {
-        "pid": int(row["session_id"]),
-        "xid": None if row["transaction_id"] is None else str(row["transaction_id"]),
-        "started_at": row["started_at"].isoformat() if row["started_at"] else None,
-        "state": row["state"],
-        "application_name": row["application_name"],
-        "client": row["client"],
-        "login": row["login_name"],
-    }
+        return HorizonHolder(pid=int(session_id), reported=("pid",))
+    return HorizonHolder(
+        pid=int(row["session_id"]),
+        xid=None if row["transaction_id"] is None else str(row["transaction_id"]),
+        started_at=row["started_at"],
+        state=row["state"],
+        application_name=row["application_name"],
+        client=row["client"],
+        login=row["login_name"],
+        reported=MSSQL_FIELDS,
+    )
 
 
 @contextmanager
@@ -144,9 +149,9 @@ class MssqlReader(SqlReader[MssqlSession]):
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine, partial(_session, engine), read_visible)
 
-    def horizon_holder(self) -> dict[str, Any] | None:
+    def horizon_holder(self) -> HorizonHolder | None:
         waiting_on = self.waiting_on
         if waiting_on is None:
             return None
-        holder: dict[str, Any] | None = self._run("listing open transactions", horizon_holder)
-        return None if holder is None else holder | {"waiting_on_seq": waiting_on.first}
+        holder: HorizonHolder | None = self._run("listing open transactions", horizon_holder)
+        return None if holder is None else replace(holder, waiting_on_seq=waiting_on.first)

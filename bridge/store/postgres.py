@@ -16,8 +16,8 @@ import operator
 import select as io_select
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC
 from typing import Any, Final
 
 from sqlalchemy import BigInteger, ColumnElement, Select, Text, bindparam, cast, func, select, text, true
@@ -30,24 +30,11 @@ from bridge.core.records import OutboxRow
 from bridge.errors import TransientStoreError
 from bridge.schema import NOTIFY_CHANNEL, as_utc, domain_events
 from bridge.store.failures import store_error
+from bridge.store.holders import POSTGRES_FIELDS, HorizonHolder
 from bridge.store.reader import Batch, SqlReader, VisibleRows
 from bridge.store.rows import ROW_COLUMNS
 
 log = logging.getLogger("bridge.store.postgres")
-
-
-@dataclass(frozen=True, slots=True)
-class HorizonHolder:
-    """A running transaction that holds the horizon back: the operator's answer to "why is it stuck".
-    `pid` is None for a prepared (two-phase) transaction, whose `state` says how to end it."""
-
-    pid: int | None
-    xid: str | None
-    started_at: datetime | None
-    state: str | None
-    application_name: str | None
-    client: str | None
-    query: str | None
 
 
 #: How the bridge's sessions show in PostgreSQL's `pg_stat_activity` (and its logs with `%a`), unless the URL
@@ -225,6 +212,7 @@ def horizon_holders(conn: Connection, limit: int = 5) -> list[HorizonHolder]:
             application_name=row["application_name"],
             client=row["client"],
             query=row["query"],
+            reported=POSTGRES_FIELDS,
         )
         for row in result
     ]
@@ -270,25 +258,15 @@ class PostgresReader(SqlReader[PostgresSession]):
                 self._reads.close()
         self._reads = None
 
-    def horizon_holder(self) -> dict[str, Any] | None:
+    def horizon_holder(self) -> HorizonHolder | None:
         """The oldest running transaction, when a hole is waiting on it; None when nothing blocks."""
         waiting_on = self.waiting_on
         if waiting_on is None:
             return None
-        holders = self._run("listing horizon holders", lambda c: horizon_holders(c, limit=1))
+        holders: list[HorizonHolder] = self._run("listing horizon holders", lambda c: horizon_holders(c, limit=1))
         if not holders:
             return None
-        holder = holders[0]
-        return {
-            "pid": holder.pid,
-            "xid": holder.xid,
-            "started_at": holder.started_at.isoformat() if holder.started_at else None,
-            "state": holder.state,
-            "application_name": holder.application_name,
-            "client": holder.client,
-            "query": holder.query,
-            "waiting_on_seq": waiting_on.first,
-        }
+        return replace(holders[0], waiting_on_seq=waiting_on.first)
 
     def poll(self, after: int, limit: int) -> Batch:
         # This read answers every notification that arrived before it: take them off the LISTEN connection.

@@ -25,6 +25,7 @@ from bridge.core.holes import HoleRule, Horizon, SeqRange
 from bridge.core.records import OutboxRow
 from bridge.schema import domain_events
 from bridge.store.failures import store_error
+from bridge.store.holders import HorizonHolder
 from bridge.store.rows import select_after
 
 
@@ -79,7 +80,9 @@ class OutboxReader(Protocol):
 
     def oldest_after(self, seq: int) -> OutboxRow | None: ...
 
-    def horizon_holder(self) -> dict[str, Any] | None: ...
+    def horizon_holder(self) -> HorizonHolder | None:
+        """The transaction the first pending hole waits for; None when nothing blocks."""
+        ...
 
     def wait(self, timeout: float) -> None: ...
 
@@ -169,7 +172,7 @@ class SqlReader(TailReader[Session]):
         rows = self._run("reading the oldest unpublished event", lambda c: select_after(c, seq, 1))
         return rows[0] if rows else None
 
-    def horizon_holder(self) -> dict[str, Any] | None:
+    def horizon_holder(self) -> HorizonHolder | None:
         return None
 
     def wait(self, timeout: float) -> None:

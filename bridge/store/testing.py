@@ -25,6 +25,7 @@ from bridge.core.records import OutboxRow
 from bridge.errors import FencedError
 from bridge.store.dead_letters import DeadLetter, OpenDeadLetters
 from bridge.store.deletable import Deleted
+from bridge.store.holders import HorizonHolder
 from bridge.store.lease import History, Lease, RewindRequest, StartAt
 from bridge.store.reader import TailReader, VisibleRows
 
@@ -108,7 +109,7 @@ class InMemoryReader(TailReader["InMemoryOutbox"]):
         later = [row_seq for row_seq in self._outbox.committed if row_seq > seq]
         return self._outbox.committed[min(later)] if later else None
 
-    def horizon_holder(self) -> dict[str, Any] | None:
+    def horizon_holder(self) -> HorizonHolder | None:
         return None
 
     def wait(self, timeout: float) -> None:
