@@ -2,6 +2,7 @@
 
 - `reader`: the reader interface (`OutboxReader`, `Batch`) and the read loop every dialect shares;
 - `sqlite`, `postgres`, `mssql`: one module per dialect, each a visible-rows read and its horizon;
+- `table`: the outbox's lookups beside the read (head seq, oldest row after a seq, rows in settled holes);
 - `holders`: `HorizonHolder`, the transaction that holds the horizon back, as every dialect names it;
 - `engine`: the one place engines are built, and the reader for an engine's dialect;
 - `offsets`: the persisted watermark and the lease that fences it (`OffsetStore`), and rewind requests;

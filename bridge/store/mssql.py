@@ -153,5 +153,5 @@ class MssqlReader(SqlReader[MssqlSession]):
         waiting_on = self.waiting_on
         if waiting_on is None:
             return None
-        holder: HorizonHolder | None = self._run("listing open transactions", horizon_holder)
+        holder: HorizonHolder | None = self.table.run("listing open transactions", horizon_holder)
         return None if holder is None else replace(holder, waiting_on_seq=waiting_on.first)

@@ -263,7 +263,8 @@ class PostgresReader(SqlReader[PostgresSession]):
         waiting_on = self.waiting_on
         if waiting_on is None:
             return None
-        holders: list[HorizonHolder] = self._run("listing horizon holders", lambda c: horizon_holders(c, limit=1))
+        holders: list[HorizonHolder] = self.table.run("listing horizon holders",
+                                                      lambda c: horizon_holders(c, limit=1))
         if not holders:
             return None
         return replace(holders[0], waiting_on_seq=waiting_on.first)

@@ -15,18 +15,16 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
-from sqlalchemy import func, or_, select
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
 from bridge.core.holes import HoleRule, Horizon, SeqRange
 from bridge.core.records import OutboxRow
-from bridge.schema import domain_events
 from bridge.store.failures import store_error
 from bridge.store.holders import HorizonHolder
-from bridge.store.rows import select_after
+from bridge.store.table import OutboxTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +134,8 @@ class TailReader(Generic[Session]):
 
 
 class SqlReader(TailReader[Session]):
-    """The dialect-neutral parts of a SQL reader: head seq, oldest unpublished row, adaptive waiting."""
+    """The read loop on a SQL database that sends no notifications: the outbox's lookups, and waiting by
+    sleeping (the daemon adapts the interval)."""
 
     def __init__(
         self,
@@ -146,31 +145,17 @@ class SqlReader(TailReader[Session]):
     ) -> None:
         super().__init__(session, read_visible)
         self.engine = engine
+        self.table = OutboxTable(engine)
         self._wakeup = threading.Event()
 
-    def _run(self, doing: str, work: Callable[[Connection], Any]) -> Any:
-        try:
-            with self.engine.connect() as conn:
-                return work(conn)
-        except DBAPIError as exc:
-            raise store_error(exc, doing) from exc
-
     def head_seq(self) -> int:
-        head = self._run("reading the head seq", lambda c: c.execute(select(func.max(domain_events.c.seq))).scalar())
-        return int(head or 0)
+        return self.table.head_seq()
 
     def rows_in(self, holes: Sequence[SeqRange]) -> list[int]:
-        if not holes:
-            return []
-        seq = domain_events.c.seq
-        query = select(seq).where(or_(*(seq.between(h.first, h.last) for h in holes))).order_by(seq).limit(100)
-        found: list[int] = self._run("looking for rows in settled holes",
-                                     lambda c: [int(v) for v in c.execute(query).scalars()])
-        return found
+        return self.table.rows_in(holes)
 
     def oldest_after(self, seq: int) -> OutboxRow | None:
-        rows = self._run("reading the oldest unpublished event", lambda c: select_after(c, seq, 1))
-        return rows[0] if rows else None
+        return self.table.oldest_after(seq)
 
     def horizon_holder(self) -> HorizonHolder | None:
         return None

@@ -54,5 +54,5 @@ class SqliteReader(SqlReader[SqliteSession]):
 
     def oldest_after(self, seq: int) -> OutboxRow | None:
         # The same conversion as the tail read: a row it cannot convert must not fail the status.
-        rows = self._run("reading the oldest unpublished event", lambda c: select_after_sqlite(c, seq, 1))
+        rows = self.table.run("reading the oldest unpublished event", lambda c: select_after_sqlite(c, seq, 1))
         return rows[0] if rows else None
