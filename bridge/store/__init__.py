@@ -1,7 +1,7 @@
 """The outbox store: reading `domain_events` in seq order without ever skipping a late commit.
 
 - `reader`: the reader interface (`OutboxReader`, `Batch`) and the read loop every dialect shares;
-- `sqlite`, `postgres`, `mssql`: one module per dialect, each a visible-rows read and its horizon;
+- `sqlite`, `mssql`, `postgres` (a package): one per dialect, each a visible-rows read and its horizon;
 - `table`: the outbox's lookups beside the read (head seq, oldest row after a seq, rows in settled holes);
 - `holders`: `HorizonHolder`, the transaction that holds the horizon back, as every dialect names it;
 - `engine`: the one place engines are built, and the reader for an engine's dialect;

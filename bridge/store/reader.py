@@ -1,12 +1,11 @@
 """The outbox reader: one interface, one read loop that every dialect shares.
 
 A dialect supplies two things: a session (a connection for one read: checked out and released, or kept
-between reads on PostgreSQL) and a
-`read_visible(session, after, limit)` that returns the rows visible after a seq together with the
-horizon of the same read. The loop here feeds the hole rule only after the session was released
-cleanly: a read that fails anywhere, even at its closing ROLLBACK, changes nothing, and the next read
-asks again from the same place. The reader keeps no cursor; the caller passes `after` (the ack
-tracker's position, the bridge's one cursor).
+between reads on PostgreSQL) and a `read_visible(session, after, limit)` that returns the rows visible
+after a seq together with the horizon of the same read. The loop is two steps, `fetch` and `settle`: it
+feeds the hole rule only after the session was released cleanly, so a read that fails anywhere, even at
+its closing ROLLBACK, changes nothing, and the next read asks again from the same place. The reader keeps
+no cursor; the caller passes `after` (the ack tracker's position, the bridge's one cursor).
 """
 
 from __future__ import annotations
@@ -90,8 +89,38 @@ class OutboxReader(Protocol):
 Session = TypeVar("Session")
 
 
+def fetch(
+    session: Callable[[], AbstractContextManager[Session]],
+    read_visible: Callable[[Session, int, int], VisibleRows],
+    after: int,
+    limit: int,
+) -> VisibleRows:
+    """One read, with no effect on the hole rule: a read that is never settled changes nothing."""
+    try:
+        with session() as opened:
+            return read_visible(opened, after, limit)
+    except DBAPIError as exc:
+        raise store_error(exc, f"reading domain_events after seq {after}") from exc
+
+
+def settle(rule: HoleRule, after: int, visible: VisibleRows) -> Batch:
+    """A read that fully succeeded (rows fetched, connection released) given to the hole rule: only now may
+    it count. The rows to publish now, and the holes settled before them."""
+    step = rule.advance(after, (row.seq for row in visible.rows), visible.horizon)
+    rows = visible.rows
+    if len(step.deliver) != len(rows):
+        by_seq = {row.seq: row for row in rows}
+        rows = tuple(by_seq[seq] for seq in step.deliver)
+    return Batch(rows, step.settled, step.waiting_on)
+
+
 class TailReader(Generic[Session]):
-    """The read loop of `OutboxReader` on any dialect, given its session and its visible-rows read."""
+    """The read loop of `OutboxReader` on any dialect, given its session and its visible-rows read.
+
+    SQLite, SQL Server and the in-memory outbox subclass it: each of their reads is exactly this loop with
+    their session and `read_visible`, and a subclass only adds the lookups beside it, never a step of the
+    loop. PostgreSQL's reader does work around each read (a kept connection, a read sent ahead, notifications
+    to take), so it assembles `fetch` and `settle` itself instead of subclassing this."""
 
     def __init__(
         self,
@@ -105,23 +134,9 @@ class TailReader(Generic[Session]):
         self.waiting_on: SeqRange | None = None
 
     def poll(self, after: int, limit: int) -> Batch:
-        visible = self._fetch(after, limit)
-        # Here the read fully succeeded (rows fetched, connection released): only now may it count.
-        step = self._rule.advance(after, (row.seq for row in visible.rows), visible.horizon)
-        self.waiting_on = step.waiting_on
-        rows = visible.rows
-        if len(step.deliver) != len(rows):
-            by_seq = {row.seq: row for row in rows}
-            rows = tuple(by_seq[seq] for seq in step.deliver)
-        return Batch(rows, step.settled, step.waiting_on)
-
-    def _fetch(self, after: int, limit: int) -> VisibleRows:
-        """One read, with no effect on the hole rule: a read that is never taken changes nothing."""
-        try:
-            with self._session() as session:
-                return self._read_visible(session, after, limit)
-        except DBAPIError as exc:
-            raise store_error(exc, f"reading domain_events after seq {after}") from exc
+        batch = settle(self._rule, after, fetch(self._session, self._read_visible, after, limit))
+        self.waiting_on = batch.waiting_on
+        return batch
 
     def forget_holes(self) -> None:
         self._rule.forget()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from bridge.store import postgres
+from bridge.store.postgres import visible as postgres
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
