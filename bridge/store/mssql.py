@@ -34,7 +34,7 @@ from sqlalchemy.exc import DBAPIError
 
 from bridge.core.holes import Horizon
 from bridge.core.records import OutboxRow
-from bridge.schema import MSSQL_TICKETS, domain_events
+from bridge.schema import MSSQL_TICKETS, as_utc, domain_events
 from bridge.store.failures import store_error
 from bridge.store.holders import MSSQL_FIELDS, HorizonHolder
 from bridge.store.reader import SqlReader, VisibleRows
@@ -56,9 +56,12 @@ _TICKET_HOLDER = text(
 )
 
 #: What the server knows of a session's transaction (needs VIEW SERVER STATE for other logins' sessions).
+#: transaction_begin_time is the server's local time without an offset: given the server's offset here, it
+#: comes back as an aware timestamp, so its age is right whatever time zone the server runs in.
 _HOLDER = text(
     """
-    SELECT TOP 1 s.session_id, t.transaction_id, t.transaction_begin_time AS started_at,
+    SELECT TOP 1 s.session_id, t.transaction_id,
+           TODATETIMEOFFSET(t.transaction_begin_time, DATEPART(TZOFFSET, SYSDATETIMEOFFSET())) AS started_at,
            s.status AS state, s.program_name AS application_name, s.host_name AS client,
            s.login_name
     FROM sys.dm_exec_sessions AS s
@@ -128,7 +131,7 @@ def horizon_holder(conn: Connection) -> HorizonHolder | None:
     return HorizonHolder(
         pid=int(row["session_id"]),
         xid=None if row["transaction_id"] is None else str(row["transaction_id"]),
-        started_at=row["started_at"],
+        started_at=None if row["started_at"] is None else as_utc(row["started_at"]),
         state=row["state"],
         application_name=row["application_name"],
         client=row["client"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -135,6 +135,18 @@ def test_the_horizon_holder_is_the_session_whose_ticket_holds_min_active_rowvers
     assert holder is not None
     assert (holder["pid"], holder["xid"], holder["application_name"]) == (57, "9001", "orders-api")
     assert reader.horizon_holder(_HolderServer(None, None)) is None  # type: ignore[arg-type]
+
+
+def test_the_holder_started_at_the_servers_local_time_is_read_as_utc_and_has_an_age() -> None:
+    # The query gives transaction_begin_time the server's offset: a server on UTC+2 answers 10:00+02:00.
+    local = datetime(2026, 11, 23, 10, 0, tzinfo=timezone(timedelta(hours=2)))
+    holder = reader.horizon_holder(_HolderServer(57, {  # type: ignore[arg-type]
+        "session_id": 57, "transaction_id": 9001, "started_at": local, "state": "sleeping",
+        "application_name": "orders-api", "client": "app-3", "login_name": "orders"}))
+    assert holder is not None and holder.started_at == datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+    age = holder.age_s()
+    assert age is not None and age > 0
+    assert "TODATETIMEOFFSET(t.transaction_begin_time" in str(reader._HOLDER)
 
 
 def test_without_view_server_state_the_holder_is_named_by_session_and_the_grant_is_said() -> None:
