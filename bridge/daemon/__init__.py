@@ -14,6 +14,10 @@ The collaborators decide and never call back into the loop; the pure rules they 
 """
 
 from bridge.daemon.assemble import build_daemon
-from bridge.daemon.loop import EXIT_DAMAGED, EXIT_NOT_MIGRATED, EXIT_OK, EXIT_POISON, EXIT_UNSAFE, BridgeDaemon
+from bridge.daemon.loop import BridgeDaemon
+from bridge.exits import EXIT_OK, EXIT_POISON, EXIT_UNSAFE, EXIT_USAGE
+
+#: A damaged seq path and an outbox not migrated exit as configuration errors do (`bridge.exits`).
+EXIT_DAMAGED = EXIT_NOT_MIGRATED = EXIT_USAGE
 
 __all__ = ["EXIT_DAMAGED", "EXIT_NOT_MIGRATED", "EXIT_OK", "EXIT_POISON", "EXIT_UNSAFE", "BridgeDaemon", "build_daemon"]

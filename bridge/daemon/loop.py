@@ -46,6 +46,7 @@ from bridge.errors import (
     TopicSafetyError,
     TransientStoreError,
 )
+from bridge.exits import EXIT_DB_LOGIN, EXIT_OK, EXIT_POISON, EXIT_UNSAFE, EXIT_USAGE
 from bridge.kafka.access import AUTHORIZATION_CODES, KafkaAccessError, access_error, denied
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, DeliveryFailure, Publisher
 from bridge.kafka.topics import TopicChecker
@@ -60,17 +61,6 @@ from bridge.store.reader import OutboxReader
 
 log = logging.getLogger("bridge.daemon")
 
-EXIT_OK = 0
-#: The outbox's seq path is damaged (see bridge.store.invariants); the same code as a configuration error.
-EXIT_DAMAGED = 2
-#: The outbox tables are missing or at an older revision: `outbox-bridge migrate`, then start again.
-EXIT_NOT_MIGRATED = 2
-EXIT_POISON = 3
-EXIT_UNSAFE = 4
-#: TLS to the database failed as configured: a configuration error, not retried.
-EXIT_CONFIGURATION = 2
-#: The database refused the login (wrong password, unknown user): not retried, see `DatabaseLoginError`.
-EXIT_DB_LOGIN = 6
 
 #: Delivery errors about the records, not the cluster: sending them again fails again. The broker
 #: refuses a whole batch, so each record it named is sent again alone (after everything before it is
@@ -258,11 +248,11 @@ class BridgeDaemon:
                 except OutboxDamagedError as exc:
                     self.last_error = str(exc)
                     log.error("the outbox's seq path is damaged; not publishing", extra={"error": str(exc)})
-                    return EXIT_DAMAGED
+                    return EXIT_USAGE
                 except (DatabaseLoginError, DatabaseTlsError) as exc:
                     # Retrying cannot help until someone fixes the URL, the role or the certificate, and a
                     # login retried at full speed can lock the account: stop, with a code that says why.
-                    code = EXIT_DB_LOGIN if isinstance(exc, DatabaseLoginError) else EXIT_CONFIGURATION
+                    code = EXIT_DB_LOGIN if isinstance(exc, DatabaseLoginError) else EXIT_USAGE
                     self.last_error = str(exc)
                     log.error(str(exc), extra={"exit_code": code})
                     return code
@@ -271,7 +261,7 @@ class BridgeDaemon:
                     self.last_error = str(exc)
                     log.error("the outbox database is not migrated; run `outbox-bridge migrate`",
                               extra={"error": str(exc)})
-                    return EXIT_NOT_MIGRATED
+                    return EXIT_USAGE
                 except KafkaAccessError as exc:
                     return self._access_refused(exc)
                 except history.RowsGoneError as exc:

@@ -20,12 +20,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from bridge.errors import OutboxError
+from bridge.exits import EXIT_AUTHENTICATION, EXIT_CERTIFICATE, EXIT_DENIED, EXIT_ERROR
 from bridge.kafka.reachability import ClientLog, reachability
-
-# 6 is the database refusing the bridge's login (main's EXIT_DB_LOGIN): Kafka's refusals come after it.
-EXIT_AUTHENTICATION: Final = 7
-EXIT_CERTIFICATE: Final = 8
-EXIT_DENIED: Final = 9
 
 AUTHORIZATION_CODES: Final = frozenset({
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
@@ -53,7 +49,7 @@ class _RefusalsAside:
 class KafkaAccessError(OutboxError):
     """Kafka refused who the bridge is or what it asked for; retrying cannot help."""
 
-    exit_code = 1
+    exit_code = EXIT_ERROR
 
 
 class AuthenticationFailed(KafkaAccessError):
