@@ -82,6 +82,8 @@ REWIND_DRAIN_S = 10.0
 OnDelivery = Callable[[int, int, KafkaError | None], None]
 #: Each leadership term and each rebuild gets a new publisher, reporting deliveries to the daemon.
 NewPublisher = Callable[[OnDelivery], Publisher]
+#: A fenced write of the watermark that renews the lease: `Leadership.renew` or `renew_rewound`.
+Renewal = Callable[..., None]
 #: One retention pass: delete published rows older than the period; returns what it did.
 RetentionPass = Callable[[timedelta], dict[str, Any]]
 
@@ -411,8 +413,9 @@ class BridgeDaemon:
             if late is not None:
                 self.metrics.late_events.inc(len(late.late))
                 publisher = self._rewind(late, tracker, reader, publisher)
-            # 2. Persist the watermark and renew the lease, in one fenced write.
-            self._persist(tracker, reader, allow_lower=late is not None)
+            # 2. Persist the watermark and renew the lease, in one fenced write: after step 1's rewind, the
+            #    watermark is lower than the one stored, and only `renew_rewound` may write it.
+            self._persist(tracker, reader, self.leadership.renew if late is None else self.leadership.renew_rewound)
             # 3. An operator's rewind request, applied under the lease just renewed.
             requested = rewinds.requested(self.offsets, tracker.watermark)
             if requested is not None:
@@ -627,18 +630,19 @@ class BridgeDaemon:
                       rewinds_applied=self.rewinds_applied, last_error=self.last_error,
                       leading_since=since.isoformat(timespec="seconds") if since else None)
 
-    def _persist(self, tracker: AckTracker, reader: OutboxReader, *, allow_lower: bool = False) -> None:
+    def _persist(self, tracker: AckTracker, reader: OutboxReader, renew: Renewal) -> None:
         status = self._status(tracker, reader)
         age = holder_age_s(status["horizon_holder"])
         if age is not None and age >= LONG_TRANSACTION_S:
             log.warning("a long transaction holds publishing back", extra={"holder": status["horizon_holder"]})
-        self._renew(tracker.watermark, status, allow_lower=allow_lower)
+        self._renew(renew, tracker.watermark, status)
         self._report_dead_letters()
 
-    def _renew(self, watermark: int, status: dict[str, Any], *, allow_lower: bool = False) -> None:
-        """Persist and renew, recording the dead letters the watermark passes in the same write."""
+    def _renew(self, renew: Renewal, watermark: int, status: dict[str, Any]) -> None:
+        """Persist and renew (`Leadership.renew`, or `renew_rewound` after a late-row rewind), recording the dead
+        letters the watermark passes in the same write."""
         passed = [letter for letter in self._dead_letters if letter.seq <= watermark]
-        self.leadership.renew(watermark, status, allow_lower=allow_lower, dead_letters=passed)
+        renew(watermark, status, dead_letters=passed)
         if passed:
             self._dead_letters[:] = [letter for letter in self._dead_letters if letter.seq > watermark]
             log.info("dead letters on record", extra={"seqs": [letter.seq for letter in passed][:20]})
@@ -672,7 +676,7 @@ class BridgeDaemon:
             status = self._status(tracker, reader)
             if halted_at is not None:
                 status["halted_at_seq"] = halted_at.seq
-            self._renew(tracker.watermark, status)
+            self._renew(self.leadership.renew, tracker.watermark, status)
             self.leadership.release()
         except (TransientStoreError, FencedError) as exc:
             # Still exit with the code that says why we stopped; the only cost is duplicates after a restart.
