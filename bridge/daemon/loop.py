@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import socket
 import threading
@@ -47,7 +46,7 @@ from bridge.errors import (
     TransientStoreError,
 )
 from bridge.exits import EXIT_DB_LOGIN, EXIT_OK, EXIT_POISON, EXIT_UNSAFE, EXIT_USAGE
-from bridge.kafka.access import AUTHORIZATION_CODES, KafkaAccessError, access_error, denied
+from bridge.kafka.access import BRIDGE_TOPICS, KafkaAccessError, delivery_refused, denied
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, DeliveryFailure, Publisher
 from bridge.kafka.topics import TopicChecker
 from bridge.metrics import BridgeMetrics
@@ -72,7 +71,6 @@ RECORD_REFUSED = frozenset({
     KafkaError.INVALID_MSG,
     KafkaError.INVALID_MSG_SIZE,
 })
-_PRODUCE_REQUEST_TOPIC = re.compile(r"ProduceRequest for (\S+) \[")
 #: A transaction holding the horizon back this long is worth a warning; shorter ones are ordinary commits.
 LONG_TRANSACTION_S = 10.0
 #: How long a rewind waits for in-flight acks before it discards the producer.
@@ -441,25 +439,9 @@ class BridgeDaemon:
         re-sending would fail the same way, so the loop stops instead of rebuilding."""
         if self._denied is not None:
             return self._denied
-        conf = self._kafka_conf
-        reason = failure.reason.lower()
-        if "cluster authorization failed" in reason:
-            failure = DeliveryFailure(failure.seq, KafkaError.CLUSTER_AUTHORIZATION_FAILED, failure.reason, True)
-        elif "topic authorization failed" in reason:
-            # With enable.gapless.guarantee a refused produce request comes first as a fatal gap-less error
-            # naming the request's topic, before the records' own reports.
-            named = _PRODUCE_REQUEST_TOPIC.search(failure.reason)
-            topic = named.group(1) if named else "the bridge's topics"
-            return denied(conf, "Write", f"topic {topic}", "TOPIC_AUTHORIZATION_FAILED")
-        if failure.code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
-            # The idempotent producer's id: Kafka grants it to a principal that may write some topic.
-            return denied(conf, "IdempotentWrite", "cluster (the idempotent producer's id; granted with Write on "
-                          "any topic)", KafkaError(failure.code).name())
-        if failure.code in AUTHORIZATION_CODES:
-            sent = self._sent.get(failure.seq) if failure.seq is not None else None
-            topic = sent.topic if sent is not None else "the bridge's topics"
-            return denied(conf, "Write", f"topic {topic}", KafkaError(failure.code).name())
-        return access_error(KafkaError(failure.code, failure.reason), conf)
+        sent = self._sent.get(failure.seq) if failure.seq is not None else None
+        topic = sent.topic if sent is not None else None
+        return delivery_refused(failure.code, failure.reason, self._kafka_conf, topic)
 
     def _access_refused(self, exc: KafkaAccessError) -> int:
         self.last_error = str(exc)
@@ -595,7 +577,7 @@ class BridgeDaemon:
             self.metrics.publish_errors.labels(kind=err.name()).inc()
             if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and self._denied is None:
                 sent = self._sent.get(seq)
-                topic = sent.topic if sent is not None else "the bridge's topics"
+                topic = sent.topic if sent is not None else BRIDGE_TOPICS
                 self._denied = denied(self._kafka_conf, "Write", f"topic {topic}", err.name())
             if err.code() in RECORD_REFUSED:
                 self._refusals.refused(seq, f"{err.name()}: {err.str()}")
