@@ -151,12 +151,14 @@ class OffsetStore:
         to publish rows that turned up in holes it had settled (`bridge.daemon.rewinds.late_rows`)."""
         self._persist(lease, watermark, watermark, lease_seconds, status, dead_letters)
 
-    def _persist(self, lease: Lease, new_watermark: Any, watermark: int, lease_seconds: float, status: dict[str, Any],
+    def _persist(self, lease: Lease, written: Any, watermark: int, lease_seconds: float, status: dict[str, Any],
                  dead_letters: Sequence[DeadLetter]) -> None:
+        """The fenced write of both: `written` is what the watermark column is set to (`watermark`, or an
+        expression that keeps the stored one when it is higher)."""
         try:
             with self._engine.begin() as conn:
                 now = _now(conn)
-                self._write_fenced(conn, lease, lease_seconds, now, watermark=new_watermark,
+                self._write_fenced(conn, lease, lease_seconds, now, watermark=written,
                                    status_json=json.dumps(status, default=str, separators=(",", ":")))
                 if dead_letters:
                     dead_letters_module.record(conn, self._name, dead_letters, now)
