@@ -21,6 +21,15 @@ endif
 
 export SPARK_LOCAL_IP := 127.0.0.1
 
+# The artefacts `make test` checks besides the tree: the sdist and the wheel (its core compiled with mypyc), and the
+# Helm chart rendered by a pinned helm, built once per machine from the Go module proxy into .cache.
+DIST := .run/dist
+WHEEL_STAMP := $(DIST)/.built
+PACKAGED := pyproject.toml setup.py MANIFEST.in README.md $(shell find bridge projections migrations ops/packaging \
+  -name '*.py' -o -name '*.ini' -o -name '*.mako' -o -name '*.properties' 2>/dev/null)
+HELM_VERSION := v3.22.0
+HELM := .cache/helm/$(HELM_VERSION)/helm
+
 help: ## show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 	@echo "  Variables: BROKERS=1|3 and SPARK=standalone (make up), PYTEST_ARGS=... (make test), TEST_SQLSERVER_URL=mssql+pyodbc://... (make test)"
@@ -41,7 +50,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv and install the project with its pinned dependencies
 
-sysdeps: ## install Prometheus (promtool, prometheus) from Debian's packages when missing, its service left off
+sysdeps: ## install Prometheus (its service left off) and a C compiler from Debian's packages when missing; check for Go (helm)
 	@if command -v promtool >/dev/null && command -v prometheus >/dev/null; then \
 	  echo "Prometheus for the alert-rule and scrape tests: promtool and prometheus are installed"; \
 	elif [ "$$(id -u)" = 0 ]; then \
@@ -53,12 +62,20 @@ sysdeps: ## install Prometheus (promtool, prometheus) from Debian's packages whe
 	    "package, its service left off) or \`sudo apt-get install prometheus\`" >&2; exit 1; \
 	fi
 	@if command -v cc >/dev/null; then \
-	  echo "a C compiler for mypyc (the compiled core's unit tests): $$(command -v cc)"; \
+	  echo "a C compiler for mypyc (the wheel's compiled core): $$(command -v cc)"; \
 	elif [ "$$(id -u)" = 0 ]; then \
-	  echo "a C compiler for mypyc (the compiled core's unit tests): installing Debian's gcc package (apt-get)"; \
+	  echo "a C compiler for mypyc (the wheel's compiled core): installing Debian's gcc package (apt-get)"; \
 	  ops/apt-install.sh gcc; \
 	else \
 	  echo "no C compiler for mypyc: run \`sudo apt-get install gcc\`" >&2; exit 1; \
+	fi
+	@if [ -x $(HELM) ]; then \
+	  echo "helm $(HELM_VERSION) for the chart tests: $(HELM)"; \
+	elif command -v go >/dev/null; then \
+	  echo "helm $(HELM_VERSION) for the chart tests: built from the Go module proxy with $$(go version | cut -d' ' -f3) into $(HELM) (once)"; \
+	else \
+	  echo "no Go toolchain to build helm $(HELM_VERSION) for the chart tests: install Go (https://go.dev/dl/)," \
+	    "or put helm $(HELM_VERSION) at $(HELM)" >&2; exit 1; \
 	fi
 
 mssql-driver: $(STAMP) ## SQL Server tests: unixODBC (apt), pyodbc and Microsoft's ODBC Driver 18 (PyPI), registered in .run/odbc
@@ -67,6 +84,22 @@ mssql-driver: $(STAMP) ## SQL Server tests: unixODBC (apt), pyodbc and Microsoft
 	  else echo "unixODBC is missing: sudo apt-get install unixodbc" >&2; exit 1; fi; }
 	$(PY) -m pip install -q -e '.[mssql]' '$(MSSQL_ODBC_PACKAGE)'
 	$(PY) ops/mssql_odbc.py $(ODBC_DIR)
+
+$(WHEEL_STAMP): $(STAMP) $(PACKAGED)
+	@echo "building the sdist and, from it, the wheel with the compiled core into $(DIST) (python -m build)"
+	@rm -rf $(DIST) && mkdir -p $(DIST)
+	@OUTBOX_COMPILE_CORE=1 $(PY) -m build --outdir $(DIST) . > $(DIST)/build.log 2>&1 \
+	  || { tail -40 $(DIST)/build.log; echo "the build failed; its whole log: $(DIST)/build.log" >&2; exit 1; }
+	@ls $(DIST) | grep -v build.log | sed 's/^/  /'
+	@touch $(WHEEL_STAMP)
+
+wheel: $(WHEEL_STAMP) ## build the sdist and the wheel (per-event core compiled with mypyc) into .run/dist
+
+$(HELM):
+	@echo "building helm $(HELM_VERSION) from the Go module proxy into $(dir $(HELM))"
+	GOBIN=$(CURDIR)/$(dir $(HELM)) CGO_ENABLED=0 GOFLAGS=-buildvcs=false go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+helm: $(HELM) ## build the pinned helm (chart tests) into .cache/helm, once per machine
 
 demo-jars: $(STAMP) ## resolve the jars the demo runs on into .cache/jars: the Kafka broker, Spark's Kafka connector, Delta
 	$(PY) ops/localstack.py jars kafka spark
@@ -88,28 +121,30 @@ status: $(STAMP) ## show which stack processes run
 
 # sysdeps first, so the run says what it installs before it starts. -v: one line per test, so a long file shows
 # progress; the slowest tests are listed at the end (--durations in pyproject.toml).
-test: sysdeps $(STAMP) jars $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
-	$(PY) -m pytest -v $(PYTEST_ARGS)
+# The wheel and helm come first: the tests install the one (tests/integration/ops/test_wheel.py) and render the chart
+# with the other (test_helm_chart.py).
+test: sysdeps $(STAMP) jars $(WHEEL_STAMP) $(HELM) $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
+	OUTBOX_TEST_DIST=$(CURDIR)/$(DIST) OUTBOX_HELM=$(CURDIR)/$(HELM) $(PY) -m pytest -v $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-compiled
 
-test-compiled: $(STAMP) ## the unit tests again, on a copy whose per-event core is compiled with mypyc (.run/compiled)
-	$(PY) ops/compile_core.py .run/compiled
+test-compiled: $(STAMP) $(WHEEL_STAMP) ## the unit tests again, on a copy with the wheel's compiled core (.run/compiled)
+	$(PY) ops/compile_core.py .run/compiled --wheel "$$(ls $(DIST)/*.whl)"
 	cd .run/compiled && BRIDGE_EXPECT_COMPILED=1 $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 test-unit: $(STAMP) ## run only the fast unit tests
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff and mypy (strict on bridge/ and projections/)
-	$(VENV)/bin/ruff check bridge projections tests ops bench migrations
+	$(VENV)/bin/ruff check bridge projections tests ops bench migrations setup.py
 	$(VENV)/bin/mypy bridge projections
 
 demo: $(STAMP) demo-jars ## run the end-to-end demo on embedded defaults (starts Kafka and leaves it running: `make down`)
 	$(PY) -m bridge.demo
 
-bench: $(STAMP) jars ## run the benchmark suite; results go to docs/BENCHMARKS.md
+bench: $(STAMP) jars ## run the benchmark suite on the bridge installed from the wheel; results go to docs/BENCHMARKS.md
 	$(PY) -m bench.run
 
 clean: down ## stop the stack and remove .run (keeps .venv and .cache)
 	rm -rf .run
 
-.PHONY: help venv sysdeps mssql-driver demo-jars jars up down status test test-compiled test-unit lint demo bench clean
+.PHONY: help venv sysdeps mssql-driver wheel helm demo-jars jars up down status test test-compiled test-unit lint demo bench clean

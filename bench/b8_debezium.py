@@ -280,7 +280,7 @@ def run_bridge(ctx: Context, events: int) -> dict[str, Any]:
     env = bridge_env(url, KAFKA1, "bench-b8", ctx.scratch.topic("b8-bridge.{aggregate_type}"), 1)
     watch = TopicWatch(KAFKA1, topic)
     timeout = max(600, events / 200)
-    result: dict[str, Any] = {"settings": "defaults (bridge/config.py), 1-broker overrides as in B1"}
+    result: dict[str, Any] = {"settings": "defaults (bridge/config/settings.py), 1-broker overrides as in B1"}
     queries = partial(bridge_backends, url)
     bridge: BridgeProcess | None = None
     written = 0

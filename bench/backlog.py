@@ -165,7 +165,7 @@ def _bridge_vs_ceiling(ctx: Context, label: str, target: Target, events: int, se
     bridge = drain(ctx, label, target, events, settings, sample_rss=sample_rss)
     log.info("%s: bridge %.0f events/s", label, bridge.events_per_s)
     plain = None
-    if plain_too and bridge_process.COMPILED is not None:
+    if plain_too and bridge_process.INSTALLED is not None:
         with bridge_process.plain_python():
             plain = drain(ctx, f"{label}-plain", target, events, settings)
         log.info("%s: bridge, core as plain Python %.0f events/s", label, plain.events_per_s)

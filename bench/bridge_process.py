@@ -1,7 +1,8 @@
 """The bridge as users run it: `outbox-bridge run` in its own process, configured by environment.
 
 A separate process keeps the harness's own work off the bridge's interpreter and lets the memory
-benchmark sample the bridge's RSS alone (psutil, in a background thread).
+benchmark sample the bridge's RSS alone (psutil, in a background thread). In a run that installed the wheel
+(`bench.installed`, `INSTALLED`), the process is that installation's `outbox-bridge`; otherwise the checkout's.
 """
 
 from __future__ import annotations
@@ -17,27 +18,42 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
+if TYPE_CHECKING:
+    from bench.installed import Installation
+
 ROOT = Path(__file__).resolve().parent.parent
-BRIDGE_EXE = Path(sys.executable).with_name("outbox-bridge")
-#: A copy of the packages whose per-event core is compiled with mypyc (`ops/compile_core.py`), which `bench.run`
-#: builds for the run: every bridge process, and the bare read-and-produce loop that shares its record building,
-#: then runs it, as a deployment that compiles would. None: they run the sources (`plain_python`).
-COMPILED: Path | None = None
+#: The wheel installed into a fresh virtualenv (`bench.installed`), which `bench.run` makes for the run: every bridge
+#: process, and the measurements that share its record building (the ceiling, the bare read-and-produce loop), run
+#: on its interpreter, as users run them. None: they run the checkout's sources, the core as plain Python.
+INSTALLED: Installation | None = None
 
 
 @contextmanager
 def plain_python() -> Iterator[None]:
-    """Child processes started inside run the per-event core as plain Python, even in a run that compiled it."""
-    global COMPILED
-    kept, COMPILED = COMPILED, None
+    """Child processes started inside run the checkout's sources, the per-event core as plain Python, even in a
+    run that installed the wheel."""
+    global INSTALLED
+    kept, INSTALLED = INSTALLED, None
     try:
         yield
     finally:
-        COMPILED = kept
+        INSTALLED = kept
+
+
+def bridge_exe() -> Path:
+    """The `outbox-bridge` the run measures: the installed wheel's, else the checkout's (this interpreter's)."""
+    if INSTALLED is not None:
+        return INSTALLED.bin_dir / "outbox-bridge"
+    return Path(sys.executable).with_name("outbox-bridge")
+
+
+def measurement_python() -> str:
+    """The interpreter of the measurements that share the bridge's code: the installation's, else this one."""
+    return str(INSTALLED.python) if INSTALLED is not None else sys.executable
 
 
 def bridge_env(db_url: str, bootstrap: str, name: str, topic_template: str, replication: int,
@@ -59,13 +75,15 @@ def bridge_env(db_url: str, bootstrap: str, name: str, topic_template: str, repl
 
 def child_environ(settings: Mapping[str, str]) -> dict[str, str]:
     """The environment for a child process: the harness's own, minus any BRIDGE_*/OUTBOX_*/KAFKA_* variable
-    that would leak in, plus `settings`; `bench` importable from the repository root, the compiled core first
-    when the run has one (`COMPILED`)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BRIDGE_", "OUTBOX_", "KAFKA_"))}
-    compiled = str(COMPILED) if COMPILED is not None else None
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [compiled, str(ROOT), env.get("PYTHONPATH")]))
-    if compiled:
-        env["PYTHONSAFEPATH"] = "1"  # `python -m` would put the working directory (the sources) first otherwise
+    that would leak in, plus `settings`; `bench` importable. In a run with the installed wheel (`INSTALLED`) only
+    `bench` is added to the path, not the checkout's root, so its `bridge` cannot shadow the installed one."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("BRIDGE_", "OUTBOX_", "KAFKA_")) and k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    if INSTALLED is not None:
+        env["PYTHONPATH"] = str(INSTALLED.bench_path)
+        env["PYTHONSAFEPATH"] = "1"  # `python -m` would put the working directory (the checkout) first otherwise
+    else:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     return {**env, **settings}
 
 
@@ -87,7 +105,7 @@ def run_measurement(module: str, args: list[str], env: Mapping[str, str], what: 
     """Run `python -m module args` in its own process (like the bridge) with the bridge's environment `env`,
     and return the JSON object it prints last; `what` names it in the error when it fails."""
     result = subprocess.run(
-        [sys.executable, "-m", module, *args],
+        [measurement_python(), "-m", module, *args],
         env=child_environ(env), cwd=ROOT, capture_output=True, text=True, check=False, timeout=1800,
     )
     if result.returncode != 0:
@@ -189,7 +207,7 @@ class BridgeProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log_file:
             self.started_at = time.monotonic()
-            self.process = subprocess.Popen([str(BRIDGE_EXE), "run"], env=child_environ(self.env), cwd=ROOT,
+            self.process = subprocess.Popen([str(bridge_exe()), "run"], env=child_environ(self.env), cwd=ROOT,
                                             stdout=log_file, stderr=subprocess.STDOUT)
         if self.sample:
             self.sampler = ProcessSampler(self.process.pid).start()

@@ -1,8 +1,8 @@
 """The ceiling: a bare confluent-kafka producer sending the bridge's records with the bridge's settings.
 
 Run as `python -m bench.ceiling --topic T --count N --keys K` with the same environment as the
-bridge: the producer configuration comes from `bridge.kafka.producer_settings` over `bridge.config`, exactly
-as `outbox-bridge run` builds it. Records (key, 512-byte value, the five headers) are built before the
+bridge: the producer configuration is the producer section of `bridge.config`, with its settings built
+exactly as `outbox-bridge run` builds them. Records (key, 512-byte value, the five headers) are built before the
 clock starts; the timed part is the canonical produce loop (poll on BufferError, poll(0) every 1,000
 records, flush at the end). Prints one JSON object.
 """
@@ -23,10 +23,9 @@ def measure(topic: str, count: int, keys: int, prefix: str) -> dict[str, Any]:
 
     from bench.workload import Workload, now_iso
     from bridge.config import load_config
-    from bridge.kafka.producer_settings import producer_settings
     from bridge.kafka.publisher import PARTITION_ANY
 
-    settings = producer_settings(load_config())
+    settings = load_config().producer.settings()
     workload = Workload(prefix=prefix, keys=keys)
     occurred_at = now_iso()
     records = [workload.kafka_record(i, i + 1, occurred_at) for i in range(count)]

@@ -26,13 +26,12 @@ def measure(topic: str, count: int) -> dict[str, Any]:
     from bridge.config import load_config
     from bridge.core.records import build_record
     from bridge.daemon.memory import daemon_gc
-    from bridge.kafka.producer_settings import producer_settings
     from bridge.kafka.publisher import PARTITION_ANY
     from bridge.store.engine import make_engine
     from bridge.store.postgres import PostgresSession
 
     config = load_config()
-    settings = producer_settings(config)
+    settings = config.producer.settings()
     engine = make_engine(config.db_url.get_secret_value())
     batch = config.read_batch_size
     delivered = Deliveries()

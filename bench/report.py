@@ -52,6 +52,18 @@ def render(results: dict[str, Any], images: dict[str, Path], base: Path) -> str:
     return "\n".join(p for p in parts if p).rstrip() + "\n"
 
 
+def _bridge_under_test(results: dict[str, Any]) -> str:
+    """Which bridge the benchmarks ran: since the wheel ships, the one users install (`bench.installed`)."""
+    cores: dict[str, list[str]] = {}
+    for name, outcome in results.get("benchmarks", {}).items():
+        if isinstance(outcome, dict) and outcome.get("bridge_core"):
+            cores.setdefault(outcome["bridge_core"], []).append(name)
+    if len(cores) == 1:
+        return f"- The bridge under test (`outbox-bridge run`): its per-event core {next(iter(cores))}"
+    return "- The bridge under test (`outbox-bridge run`), its per-event core: " + "; ".join(
+        f"{', '.join(names)}: {core}" for core, names in cores.items())
+
+
 def _header(results: dict[str, Any]) -> str:
     machine, versions = results.get("machine", {}), results.get("versions", {})
     merged = results.get("merged_from")
@@ -74,6 +86,7 @@ def _header(results: dict[str, Any]) -> str:
         f"{versions.get('postgresql')}, SQLite {versions.get('sqlite')}, SQLAlchemy {versions.get('sqlalchemy')}, "
         f"psycopg {versions.get('psycopg')}, PySpark {versions.get('pyspark')}, delta-spark "
         f"{versions.get('delta_spark')}; code at commit {versions.get('git_commit')}",
+        _bridge_under_test(results),
     ]
     run_settings = results.get("settings")
     if run_settings:

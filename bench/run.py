@@ -12,7 +12,6 @@ import argparse
 import importlib
 import json
 import logging
-import subprocess
 import sys
 import time
 import traceback
@@ -20,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import bridge_process
 from bench.context import FULL, QUICK, Context
 from bench.machine import machine, settings, versions
 from bench.stack import ROOT, Scratch, ensure_stack
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ensure_stack(need_three_brokers=needs_three)
     ctx = Context(run_id=run_id, quick=args.quick, sizes=QUICK if args.quick else FULL, raw_dir=raw_dir,
                   scratch=Scratch(run_id), shared={})
-    core = compile_core(raw_dir / "compiled")
+    core = install_bridge(raw_dir / "dist")
     started = datetime.now(UTC)
     header = {"run_id": run_id, "mode": "quick" if args.quick else "full", "started_at": started.isoformat(),
               "machine": machine(), "versions": versions(), "settings": settings(), "sizes": ctx.sizes.as_dict()}
@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = _split_samples(outcome, samples, name)
             log.info("=== %s done in %.0fs", name, outcome["seconds"])
     finally:
+        if bridge_process.INSTALLED is not None:
+            bridge_process.INSTALLED.remove()
         if "spark" in ctx.shared:
             from bench.spark_jobs import stop_session
 
@@ -147,27 +149,21 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def compile_core(into: Path) -> str:
-    """Build the bridge's per-event core compiled with mypyc (`ops/compile_core.py`) for this run's bridge processes
-    (`bench.bridge_process.COMPILED`); return how the bridge runs it, as the report says it."""
+def install_bridge(dist_dir: Path) -> str:
+    """Build the wheel and install it into a fresh virtualenv (`bench.installed`) for this run's bridge processes
+    (`bench.bridge_process.INSTALLED`); return how the bridge runs its core, as the report says it. If that fails,
+    the run measures the checkout's sources and says so."""
     from bench import bridge_process
-
-    built = subprocess.run([sys.executable, str(ROOT / "ops" / "compile_core.py"), str(into)],
-                           capture_output=True, text=True, check=False)
-    if built.returncode != 0:
-        log.error("compiling the bridge's core failed; the bridge runs it as plain Python:\n%s", built.stderr[-2000:])
-        return "plain Python (compiling it with mypyc failed)"
-    bridge_process.COMPILED = into
-    check = subprocess.run([sys.executable, "-c", "from bridge.compiled import compiled_modules as c; print(len(c()))"],
-                           env=bridge_process.child_environ({}), capture_output=True, text=True, check=True)
+    from bench.installed import install
     from bridge.compiled import MODULES
 
-    if int(check.stdout.strip()) != len(MODULES):
-        bridge_process.COMPILED = None
-        log.error("the compiled core did not load in a child process; the bridge runs it as plain Python")
-        return "plain Python (the compiled modules did not load)"
-    log.info("bridge core compiled with mypyc: %s", built.stdout.strip())
-    return f"compiled with mypyc ({len(MODULES)} modules, `ops/compile_core.py`)"
+    try:
+        installed = install(dist_dir)
+    except (RuntimeError, OSError, ValueError) as exc:
+        log.error("installing the wheel failed; the bridge runs from the checkout, its core as plain Python: %s", exc)
+        return "plain Python, from the checkout (building or installing the wheel failed)"
+    bridge_process.INSTALLED = installed
+    return installed.describe(len(MODULES))
 
 
 def rewrite_report() -> None:

@@ -97,7 +97,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from bridge.status import collect_status, render_status
 
     config = cli_common.config(args)
-    status = collect_status(config)
+    status = collect_status(config.database)
     if args.json:
         print(json.dumps(status, indent=2, default=str))
     else:
@@ -134,18 +134,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
             plan["topic_verdicts"] = replay_range.check_topics(config, plan["topics"])
         cli_common.report(plan | {"dry_run": True}, args.json, "replay plan (dry run: nothing changed)")
         return 0
-    with replay.audited(config, request):  # a refusal is on record, with why
+    with replay.audited(config.database, request):  # a refusal is on record, with why
         plan = replay.plan_replay(config, request)
     span = f"seq {plan['from_seq']}..{plan['to_seq']}"
     if args.mode == "rewind":
         cli_common.confirm(f"Rewind bridge {config.bridge_name!r} to re-publish {plan['events']} events from seq "
                            f"{plan['from_seq']} (watermark {plan['watermark']})?", args.yes)
-        with replay.audited(config, request):
+        with replay.audited(config.database, request):
             result = replay.rewind(config, request, wait_s=args.wait)
     else:
         cli_common.confirm(f"Publish {plan['events']} events ({span}) to {', '.join(plan['topics']) or 'no topic'}?",
                            args.yes)
-        with replay.audited(config, request):
+        with replay.audited(config.database, request):
             result = replay_range.publish_range(config, request, show_progress=not args.json)
     cli_common.report(result, args.json, f"replay ({args.mode})")
     return 0

@@ -12,14 +12,15 @@ from bridge import cli_common
 
 def cmd_names(args: argparse.Namespace) -> int:
     from bridge import names
+    from bridge.config import parse_duration
 
     config = cli_common.config(args)
     if args.names_command == "retire":
         cli_common.confirm(f"Retire bridge name {args.name!r}? It will no longer hold retention back, and rows it "
                            "has not published may then be deleted.", args.yes)
-        cli_common.report(names.retire(config, args.name, args.reason), args.json, f"retired {args.name}")
+        cli_common.report(names.retire(config.database, args.name, args.reason), args.json, f"retired {args.name}")
         return 0
-    listed = names.list_names(config)
+    listed = names.list_names(config.database, parse_duration(config.retention_hold_alert_after))
     if args.json:
         print(json.dumps(listed, indent=2, default=str))
         return 0
@@ -56,11 +57,11 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
             result = dead_letters.republish(config, args.seq, to_seq, args.reason, show_progress=not args.json)
         else:
             cli_common.confirm(f"Resolve the open dead letters at {span} without publishing them?", args.yes)
-            result = dead_letters.resolve(config, args.seq, to_seq, args.reason)
+            result = dead_letters.resolve(config.database, args.seq, to_seq, args.reason)
         cli_common.report(result, args.json, f"dead letters: {args.dead_letters_command}")
         return 0
     now = datetime.now(UTC)
-    listed = [d.as_dict(now) for d in dead_letters.list_dead_letters(config, every_status=args.all)]
+    listed = [d.as_dict(now) for d in dead_letters.list_dead_letters(config.database, every_status=args.all)]
     if args.json:
         print(json.dumps(listed, indent=2, default=str))
         return 0

@@ -1,11 +1,12 @@
-"""The bridge's per-event core, which `ops/compile_core.py` compiles with mypyc, and which of it this process runs
+"""The bridge's per-event core, which the wheel carries compiled with mypyc, and which of it this process runs
 compiled.
 
 These modules run once or more for every event: building the record (`records`, with the JSON check of its payload,
 `json_text`), the poison gate around it (`daemon.poison`), and the tracker that moves the watermark (`watermark`,
 `holes`, `refusals`). Compiled, the bridge drained a backlog 5 to 24% faster in most rounds on the benchmark
-machine (`docs/BENCHMARKS.md`, B1). A checkout or a plain `pip install` runs them as Python; `ops/compile_core.py`
-builds the compiled copy, and the unit tests run against it too (`make test`).
+machine (`docs/BENCHMARKS.md`, B1). The build backend (ops/packaging/compiled_wheel.py) compiles them into every
+wheel built where a C compiler is, so an installed bridge runs them compiled; a checkout or an editable install
+runs them as Python, and `make test` runs the unit tests on both.
 """
 
 from __future__ import annotations

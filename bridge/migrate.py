@@ -33,8 +33,17 @@ from bridge.schema import HORIZON_COLUMNS, SUPPORTED_DIALECTS
 from bridge.store.engine import translate_refusals
 from bridge.store.failures import store_error
 
-#: The Alembic environment and revisions, at the repository root next to the `bridge` package.
-MIGRATIONS_DIR: Final = Path(__file__).resolve().parent.parent / "migrations"
+
+def _migrations_dir() -> Path:
+    """The Alembic environment and revisions: `bridge/migrations` when installed from a wheel (which ships the
+    repository's `migrations/` there, inside the package), else `migrations/` beside `bridge/` (a checkout, or an
+    editable install of one)."""
+    package = Path(__file__).resolve().parent
+    installed = package / "migrations"
+    return installed if (installed / "env.py").is_file() else package.parent / "migrations"
+
+
+MIGRATIONS_DIR: Final = _migrations_dir()
 VERSION_TABLE: Final = "outbox_alembic_version"
 _URL_EXAMPLES: Final = "e.g. postgresql+psycopg://user:password@host:5432/db, sqlite:///outbox.db, mssql+pyodbc://..."
 
@@ -72,8 +81,8 @@ def alembic_config() -> Config:
     """An Alembic `Config` for the outbox migrations, with no ini file and no URL yet."""
     if not (MIGRATIONS_DIR / "env.py").is_file():
         raise ConfigurationError(
-            f"the outbox migrations are missing: expected {MIGRATIONS_DIR}/env.py; "
-            "run from a source checkout (or an install that ships the migrations/ directory)"
+            f"the outbox migrations are missing: expected {MIGRATIONS_DIR}/env.py; reinstall outbox-bridge (its "
+            "wheel ships them as bridge/migrations) or run from a source checkout"
         )
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))

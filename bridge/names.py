@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import DBAPIError
 
-from bridge.config import BridgeConfig, parse_duration
+from bridge.config import DatabaseSection
 from bridge.errors import RefusedError
 from bridge.schema import as_utc, bridge_offsets, domain_events
 from bridge.store.audit import audit
@@ -52,15 +52,15 @@ def describe(row: OffsetRow, head: int, now: datetime, stale_after: timedelta, h
     }
 
 
-def list_names(config: BridgeConfig) -> list[dict[str, Any]]:
-    """Every name in `bridge_offsets`, the slowest first, with what each holds back."""
-    engine = make_engine(config.db_url.get_secret_value())
-    stale_after = parse_duration(config.retention_hold_alert_after)
+def list_names(database: DatabaseSection, stale_after: timedelta) -> list[dict[str, Any]]:
+    """Every name in `bridge_offsets`, the slowest first, with what each holds back; a name that has not led
+    for longer than `stale_after` (BRIDGE_RETENTION_HOLD_ALERT_AFTER) is marked as not led for long."""
+    engine = make_engine(database.url_text)
     try:
         with engine.connect() as conn:
             names = [row.bridge_name for row in conn.execute(select(bridge_offsets.c.bridge_name))]
             head = int(conn.execute(select(func.max(domain_events.c.seq))).scalar() or 0)
-            limit = deletable(conn, config.bridge_name).limit
+            limit = deletable(conn, database.bridge_name).limit
         rows = [row for row in (OffsetStore(engine, name).read() for name in names) if row is not None]
     except DBAPIError as exc:
         raise store_error(exc, "reading bridge_offsets") from exc
@@ -74,11 +74,11 @@ def list_names(config: BridgeConfig) -> list[dict[str, Any]]:
     return sorted(described, key=lambda d: (d["retired_at"] is not None, d["watermark"], d["bridge_name"]))
 
 
-def retire(config: BridgeConfig, name: str, reason: str) -> dict[str, Any]:
+def retire(database: DatabaseSection, name: str, reason: str) -> dict[str, Any]:
     """Retire `name` so it no longer holds retention back; refused while it leads (audited either way)."""
     if not reason or not reason.strip():
         raise RefusedError("--reason is required: say why this name is retired (it is audited)")
-    engine = make_engine(config.db_url.get_secret_value())
+    engine = make_engine(database.url_text)
     try:
         with engine.begin() as conn:
             hold_offsets(conn, name)

@@ -23,7 +23,7 @@ from sqlalchemy import and_, func, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from bridge.config import BridgeConfig
+from bridge.config import BridgeConfig, DatabaseSection
 from bridge.errors import ConfigurationError, OutboxError, RefusedError, TopicSafetyError
 from bridge.schema import bridge_offsets, bridge_replay_audit, domain_events
 from bridge.store.audit import audit
@@ -184,40 +184,40 @@ def _lease_active(offsets: Any) -> bool:
     return bool(offsets.owner and offsets.lease_expires_at and offsets.lease_expires_at > datetime.now(UTC))
 
 
-def _audit(engine: Engine, config: BridgeConfig, request: ReplayRequest, status: str, upper: int | None) -> int:
+def _audit(engine: Engine, bridge_name: str, request: ReplayRequest, status: str, upper: int | None) -> int:
     with engine.begin() as conn:
-        return _audit_in(conn, config, request, status, upper)
+        return _audit_in(conn, bridge_name, request, status, upper)
 
 
-def _audit_in(conn: Connection, config: BridgeConfig, request: ReplayRequest, status: str,
+def _audit_in(conn: Connection, bridge_name: str, request: ReplayRequest, status: str,
               upper: int | None, reason: str | None = None) -> int:
     """Insert the audit row in `conn`'s transaction; return its id."""
-    return audit(conn, config.bridge_name, request.mode, request.from_seq or 0, upper, status=status,
+    return audit(conn, bridge_name, request.mode, request.from_seq or 0, upper, status=status,
                  reason=reason if reason is not None else request.reason, filters=request.filters())
 
 
 @contextmanager
-def audited(config: BridgeConfig, request: ReplayRequest) -> Iterator[None]:
+def audited(database: DatabaseSection, request: ReplayRequest) -> Iterator[None]:
     """Record an attempt that was refused or failed, with why (one that succeeds records itself)."""
     try:
         yield
     except (RefusedError, ConfigurationError, TopicSafetyError) as exc:
-        _record_outcome(config, request, "refused", exc)
+        _record_outcome(database, request, "refused", exc)
         raise
     except OutboxError as exc:
-        _record_outcome(config, request, "failed", exc)
+        _record_outcome(database, request, "failed", exc)
         raise
 
 
-def _record_outcome(config: BridgeConfig, request: ReplayRequest, status: str, exc: OutboxError) -> None:
+def _record_outcome(database: DatabaseSection, request: ReplayRequest, status: str, exc: OutboxError) -> None:
     if getattr(exc, "audited", False):
         return
     why = f"{request.reason} [{status}: {exc}]" if request.reason else f"[{status}: {exc}]"
     try:
-        engine = make_engine(config.db_url.get_secret_value())
+        engine = make_engine(database.url_text)
         try:
             with engine.begin() as conn:
-                _audit_in(conn, config, request, status, request.to_seq, reason=why[:4000])
+                _audit_in(conn, database.bridge_name, request, status, request.to_seq, reason=why[:4000])
         finally:
             engine.dispose()
     except (OutboxError, DBAPIError) as failed:  # the database itself may be why: the error is reported anyway
@@ -231,7 +231,7 @@ def rewind(config: BridgeConfig, request: ReplayRequest, wait_s: float = 60.0) -
     engine = make_engine(config.db_url.get_secret_value())
     try:
         # Pending from here on, so cleanup keeps every row from from_seq up until the rewind is done.
-        audit_id = _request_rewind(engine, config, request)
+        audit_id = _request_rewind(engine, config.bridge_name, request)
         if plan["active_instance"]:
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline:
@@ -262,13 +262,13 @@ def rewind(config: BridgeConfig, request: ReplayRequest, wait_s: float = 60.0) -
         engine.dispose()
 
 
-def _request_rewind(engine: Engine, config: BridgeConfig, request: ReplayRequest) -> int:
+def _request_rewind(engine: Engine, bridge_name: str, request: ReplayRequest) -> int:
     """Record a pending rewind, after checking again, holding the offsets row against a cleanup batch,
     that every row it re-publishes is still there; refuse (nothing recorded) if cleanup got there first."""
     with engine.begin() as conn:
-        hold_offsets(conn, config.bridge_name)
+        hold_offsets(conn, bridge_name)
         watermark = conn.execute(select(bridge_offsets.c.watermark)
-                                 .where(bridge_offsets.c.bridge_name == config.bridge_name)).scalar()
+                                 .where(bridge_offsets.c.bridge_name == bridge_name)).scalar()
         lowest = conn.execute(select(func.min(domain_events.c.seq))).scalar()
         # With the outbox empty, everything up to the watermark was deleted.
         oldest_kept = int(lowest) if lowest is not None else int(watermark or 0) + 1
@@ -279,4 +279,4 @@ def _request_rewind(engine: Engine, config: BridgeConfig, request: ReplayRequest
                 f"cleanup deleted the rows before it (possibly just now), so the rewind would replay less than "
                 f"asked. Nothing changed: start at --from-seq {oldest_kept} or later"
             )
-        return _audit_in(conn, config, request, "pending", None)
+        return _audit_in(conn, bridge_name, request, "pending", None)

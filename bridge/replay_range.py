@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from sqlalchemy import select
 
-from bridge.config import BridgeConfig
+from bridge.config import BridgeConfig, KafkaConnection, TopicSection
 from bridge.core.records import DEFAULT_MAX_MESSAGE_BYTES, OutboxRow, build_record
 from bridge.daemon.poison import producer_limit
 from bridge.errors import ConfigurationError, OutboxError, PoisonEventError
@@ -39,43 +39,43 @@ class TopicMissingError(ConfigurationError):
     """A replay's target topic does not exist and the bridge may not (or cannot) create it: nothing was sent."""
 
 
-def _guard(config: BridgeConfig) -> TopicGuard:
-    return TopicGuard(config.kafka.client_conf(), config.topics.policy())
+def _guard(kafka: KafkaConnection, topics: TopicSection) -> TopicGuard:
+    return TopicGuard(kafka.client_conf(), topics.policy())
 
 
 def _fix(topic: str) -> str:
     return f"create it first, as a principal that may: `outbox-bridge topics ensure --topic {topic}`"
 
 
-def verdict(config: BridgeConfig, report: TopicReport) -> str:
+def verdict(topics: TopicSection, report: TopicReport) -> str:
     """What a range replay would do about a target topic, in words (the dry run shows it)."""
     if not report.exists:
-        if not config.allow_create_topics:
+        if not topics.allow_create:
             return f"missing, and BRIDGE_ALLOW_CREATE_TOPICS is false: refused; {_fix(report.topic)}"
-        return (f"missing: created before sending, replication factor {config.replication_factor}, "
-                f"min.insync.replicas {TopicPolicy.min_isr(config.replication_factor)}")
+        return (f"missing: created before sending, replication factor {topics.replication_factor}, "
+                f"min.insync.replicas {TopicPolicy.min_isr(topics.replication_factor)}")
     if report.problems:
-        return "unsafe: refused as the bridge refuses it: " + "; ".join(report.problems)
+        return "unsafe: refused as the bridge refuses it: " + "; ".join(map(str, report.problems))
     return "ok"
 
 
 def check_topics(config: BridgeConfig, topics: list[str]) -> dict[str, str]:
     """Each target topic's verdict, for the dry run (nothing is created)."""
     check_connection(config.kafka.client_conf())
-    guard = _guard(config)
-    return {topic: verdict(config, guard.check(topic)) for topic in topics}
+    guard = _guard(config.kafka, config.topics)
+    return {topic: verdict(config.topics, guard.check(topic)) for topic in topics}
 
 
-def _ensure_topics(config: BridgeConfig, guard: TopicGuard, topics: list[str]) -> dict[str, int]:
+def _ensure_topics(guard: TopicGuard, topics: list[str], allow_create: bool) -> dict[str, int]:
     """Create what is missing (if allowed), refuse what is unsafe; return each topic's size limit."""
     limits = {}
     for topic in topics:
         report = guard.check(topic)
-        if not report.exists and not config.allow_create_topics:
+        if not report.exists and not allow_create:
             raise TopicMissingError(f"topic {topic} does not exist and BRIDGE_ALLOW_CREATE_TOPICS is false, so "
                                     f"nothing was sent; {_fix(topic)}")
         try:
-            report = guard.ensure(topic, config.allow_create_topics)  # TopicSafetyError when unsafe
+            report = guard.ensure(topic, allow_create)  # TopicSafetyError when unsafe
         except KafkaAccessError as exc:
             raise TopicMissingError(f"topic {topic} does not exist and this principal may not create it ({exc}); "
                                     f"nothing was sent; {_fix(topic)}") from exc
@@ -99,7 +99,7 @@ def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: b
     plan = plan_replay(config, request)
     check_connection(config.kafka.client_conf())  # refused credentials or certificate: one clear error, now
     most = producer_limit(config.producer_extra)
-    ensured = _ensure_topics(config, _guard(config), plan["topics"])
+    ensured = _ensure_topics(_guard(config.kafka, config.topics), plan["topics"], config.allow_create_topics)
     limits = {topic: min(limit, most) for topic, limit in ensured.items()}
     outcome = _Outcome()
 
@@ -141,7 +141,7 @@ def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: b
             remaining = publisher.flush(config.delivery_timeout_ms / 1000)
         if remaining or outcome.failures or publisher.failure:
             raise OutboxError(_incomplete(plan, outcome, remaining, publisher.failure))
-        audit_id = _audit(engine, config, resolved, "done", plan["to_seq"])
+        audit_id = _audit(engine, config.bridge_name, resolved, "done", plan["to_seq"])
         return plan | {"audit_id": audit_id, "delivered": outcome.delivered}
     finally:
         # Everything was flushed above (or the command failed): finish the producer and its threads now.

@@ -12,7 +12,7 @@ from rich.table import Table
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from bridge.config import BridgeConfig
+from bridge.config import BridgeConfig, DatabaseSection, TopicSection
 from bridge.exits import EXIT_OK, EXIT_UNSAFE
 from bridge.kafka.access import check_connection
 from bridge.kafka.topic_history import describe_bytes, describe_ms
@@ -24,11 +24,11 @@ from bridge.store.failures import store_error
 from bridge.store.offsets import OffsetStore
 
 
-def collect_status(config: BridgeConfig) -> dict[str, Any]:
+def collect_status(database: DatabaseSection) -> dict[str, Any]:
     """The bridge's state from the database: watermark, head, lag, lease, the daemon's last report."""
-    engine = make_engine(config.db_url.get_secret_value())
+    engine = make_engine(database.url_text)
     try:
-        row = OffsetStore(engine, config.bridge_name).read()
+        row = OffsetStore(engine, database.bridge_name).read()
         watermark = row.watermark if row else 0
         source = make_reader(engine)
         head = source.head_seq()
@@ -36,9 +36,9 @@ def collect_status(config: BridgeConfig) -> dict[str, Any]:
         now = datetime.now(UTC)
         lease_active = bool(row and row.owner and row.lease_expires_at and row.lease_expires_at > now)
         reported = row.status if row else {}
-        kept = _kept(engine, config.bridge_name, watermark, now)
+        kept = _kept(engine, database.bridge_name, watermark, now)
         return {
-            "bridge_name": config.bridge_name,
+            "bridge_name": database.bridge_name,
             "watermark": watermark,
             "head_seq": head,
             "lag_events": max(0, head - watermark),
@@ -101,7 +101,7 @@ def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topic
     unsafe (exit 4)."""
     check_connection(config.kafka.client_conf())  # refused credentials or certificate: one clear error, now
     guard = TopicGuard(config.kafka.client_conf(), config.topics.policy())
-    topics = sorted(set(_event_topics(config)) | set(extra_topics) | {config.dlq_topic_name})
+    topics = sorted(set(_event_topics(config.database, config.topics)) | set(extra_topics) | {config.dlq_topic_name})
     reports = []
     for topic in topics:
         report = guard.check(topic)
@@ -115,13 +115,14 @@ def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topic
         reports.append(report)
     unsafe = [r for r in reports if not r.safe]
     if as_json:
-        print(json.dumps([asdict(r) | {"safe": r.safe} for r in reports], indent=2, default=str))
+        print(json.dumps([asdict(r) | {"problems": [str(p) for p in r.problems], "safe": r.safe} for r in reports],
+                         indent=2, default=str))
     else:
         table = Table(title="bridge topics")
         for column in ("topic", "partitions", "rf", "min isr", "unclean", "retention", "verdict"):
             table.add_column(column)
         for r in reports:
-            verdict = "ok" if r.safe else "; ".join(r.problems)
+            verdict = "ok" if r.safe else "; ".join(map(str, r.problems))
             if r.safe and r.history is not None:
                 verdict = "warning: finite history (below)"
             table.add_row(r.topic, str(r.partitions), str(r.replication_factor), str(r.min_insync_replicas),
@@ -146,14 +147,14 @@ def _retention(report: TopicReport) -> str:
     return ", ".join(parts)
 
 
-def _event_topics(config: BridgeConfig) -> list[str]:
+def _event_topics(database: DatabaseSection, topics: TopicSection) -> list[str]:
     from sqlalchemy import select
     from sqlalchemy.exc import DBAPIError
 
     from bridge.schema import domain_events
     from bridge.store.failures import store_error
 
-    engine = make_engine(config.db_url.get_secret_value())
+    engine = make_engine(database.url_text)
     try:
         with engine.connect() as conn:
             types = [r[0] for r in conn.execute(select(domain_events.c.aggregate_type).distinct())]
@@ -161,4 +162,4 @@ def _event_topics(config: BridgeConfig) -> list[str]:
         raise store_error(exc, "reading the aggregate types of domain_events") from exc
     finally:
         engine.dispose()
-    return [config.topic_for(t) for t in types]
+    return [topics.topic_for(t) for t in types]

@@ -19,11 +19,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from bridge.doctor import CHECK_TIMEOUT_S, KAFKA_TIMEOUT_S, Check, NoAnswer, Verdict, as_json, bounded, exit_code
-from bridge.doctor import render as render_checks
+from bridge.doctor.checklist import (
+    CHECK_TIMEOUT_S,
+    KAFKA_TIMEOUT_S,
+    Check,
+    NoAnswer,
+    Verdict,
+    as_json,
+    bounded,
+    exit_code,
+    reason,
+)
+from bridge.doctor.checklist import render as render_checks
 from bridge.errors import OutboxError
 from bridge.kafka.reachability import quiet_client_settings
 from projections.declaration import Projection
@@ -76,7 +86,7 @@ class ProjectionDoctor:
             except NoAnswer as exc:
                 checks.append(Check(name, Verdict.FAILED, str(exc), "check the service and the network"))
             except (OutboxError, KafkaException, OSError) as exc:
-                checks.append(Check(name, Verdict.FAILED, _reason(exc), _FIX.get(name)))
+                checks.append(Check(name, Verdict.FAILED, reason(exc), _FIX.get(name)))
         return checks
 
     # --------------------------------------------------------------------------------------- kafka
@@ -211,12 +221,6 @@ _FIX: Final = {
              "starts them), and the [kafka] settings",
     "lake": "check PROJECTIONS_LAKE_PATH and this user's access to it",
 }
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return str(exc.args[0].str())
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _batch_ids(directory: Path) -> list[int]:

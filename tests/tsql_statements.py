@@ -21,7 +21,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from bridge import grants, migrate, names, replay, status, writer
-from bridge.config import DatabaseSection, load_config
+from bridge.config import DatabaseSection, load_config, parse_duration
 from bridge.core.holes import SeqRange
 from bridge.doctor import BridgeDoctor
 from bridge.store import dead_letters, deletable, instances, maintenance, mssql
@@ -182,9 +182,9 @@ def _operator_commands(server: ListeningServer, engine: Engine) -> None:
                               "BRIDGE_RETENTION": "7d"})
     _migrated(server)
     server.answer(r"FROM bridge_offsets\s+WHERE bridge_offsets.bridge_name", [_OFFSETS_ROW | {"owner": None}])
-    status.collect_status(config)
-    names.list_names(config)
-    names.retire(config, "default", "moved to another outbox")
+    status.collect_status(config.database)
+    names.list_names(config.database, parse_duration(config.retention_hold_alert_after))
+    names.retire(config.database, "default", "moved to another outbox")
     server.answer(r"^SELECT min\(domain_events\.seq\) AS min_1\s+FROM", [(2,)])
     server.answer(r"^SELECT max\(domain_events\.seq\) AS max_1\s+FROM domain_events\s+WHERE", [(4,)])
     in_range = replay.ReplayRequest(from_seq=None, to_seq=None, aggregate_type="order", event_type="Placed",

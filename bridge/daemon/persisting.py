@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from bridge.core.watermark import AckTracker
 from bridge.daemon.leadership import Leadership
-from bridge.daemon.status import holder_age_s, report
+from bridge.daemon.status import LONG_TRANSACTION_S, holder_age_s, report
 from bridge.daemon.tally import Tally
 from bridge.metrics import BridgeMetrics
 from bridge.store.dead_letters import DeadLetter
@@ -22,9 +22,6 @@ from bridge.store.lease import LeaseStore
 from bridge.store.reader import OutboxReader
 
 log = logging.getLogger("bridge.daemon")
-
-#: A transaction holding the horizon back this long is worth a warning; shorter ones are ordinary commits.
-LONG_TRANSACTION_S = 10.0
 
 
 class Renewal(Protocol):

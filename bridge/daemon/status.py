@@ -11,6 +11,9 @@ from bridge.core.watermark import AckTracker
 from bridge.metrics import BridgeMetrics
 from bridge.store.reader import OutboxReader
 
+#: A transaction holding the horizon back this long is worth a warning; shorter ones are ordinary commits.
+LONG_TRANSACTION_S = 10.0
+
 
 def holder_age_s(holder: dict[str, Any] | None) -> float | None:
     """How long the horizon holder's transaction has run, when the holder says when it started."""

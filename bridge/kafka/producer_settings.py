@@ -156,8 +156,8 @@ class ProducerSettings:
 
 
 class ProducerConfig(Protocol):
-    """The settings the producer is made from. The bridge's configuration has them; it also imports this
-    module for its checks of extras, so this module names only what it reads."""
+    """The settings the producer is made from: the producer section of the bridge's configuration. The
+    configuration also imports this module for its checks of extras, so this module names only what it reads."""
 
     @property
     def bridge_name(self) -> str: ...

@@ -66,6 +66,17 @@ class TopicPolicy:
         return max(1, replication - 1)
 
 
+@dataclass(frozen=True, slots=True)
+class TopicProblem:
+    """What makes a topic unsafe, and what to do about it (None where nothing but creating it helps)."""
+
+    summary: str
+    fix: str | None = None
+
+    def __str__(self) -> str:
+        return self.summary if self.fix is None else f"{self.summary}; {self.fix}"
+
+
 @dataclass(slots=True)
 class TopicReport:
     """The state of one topic against the policy: problems are unsafe, notes are informational."""
@@ -80,7 +91,7 @@ class TopicReport:
     retention_ms: int | None = None
     retention_bytes: int | None = None
     cleanup_policy: str | None = None
-    problems: list[str] = field(default_factory=list)
+    problems: list[TopicProblem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     #: Set when the topic does not keep every record: a warning, not a problem (the bridge publishes safely).
     history: HistoryFinding | None = None
@@ -131,7 +142,7 @@ class TopicGuard:
         if described is not None and described.error is not None and described.error.code() in AUTHORIZATION_CODES:
             raise denied(self._conf, "Describe", f"topic {topic}", described.error.name())
         if described is None or described.error is not None:
-            return TopicReport(topic, exists=False, problems=[f"topic {topic} does not exist"])
+            return TopicReport(topic, exists=False, problems=[TopicProblem(f"topic {topic} does not exist")])
         partitions = described.partitions
         rf = min(len(p.replicas) for p in partitions.values()) if partitions else 0
         resource = ConfigResource("topic", topic)
@@ -156,10 +167,10 @@ class TopicGuard:
                                          self._policy.outbox_retention)
         wanted_rf = self._policy.effective_replication(brokers)
         if rf < wanted_rf:
-            report.problems.append(
-                f"topic {topic}: replication.factor is {rf}, needs {wanted_rf}; recreate the topic or reassign "
-                "partitions (kafka-reassign-partitions) to add replicas"
-            )
+            report.problems.append(TopicProblem(
+                f"topic {topic}: replication.factor is {rf}, needs {wanted_rf}",
+                "recreate the topic or reassign partitions (kafka-reassign-partitions) to add replicas",
+            ))
         elif rf == 1:
             report.notes.append(
                 f"topic {topic}: replication factor 1 on a {brokers}-broker development cluster; one disk "
@@ -167,16 +178,18 @@ class TopicGuard:
             )
         min_isr = TopicPolicy.min_isr(rf)
         if report.min_insync_replicas is not None and report.min_insync_replicas < min_isr:
-            report.problems.append(
+            report.problems.append(TopicProblem(
                 f"topic {topic}: min.insync.replicas is {report.min_insync_replicas}, needs {min_isr} for "
-                f"replication factor {rf}; run `outbox-bridge topics ensure` or kafka-configs --alter "
-                f"--add-config min.insync.replicas={min_isr}"
-            )
+                f"replication factor {rf}",
+                "run `outbox-bridge topics ensure` or kafka-configs --alter --add-config "
+                f"min.insync.replicas={min_isr}",
+            ))
         if report.unclean_leader_election:
-            report.problems.append(
+            report.problems.append(TopicProblem(
                 f"topic {topic}: unclean.leader.election.enable is true, so a lagging replica may become leader "
-                "and drop acknowledged events; set it to false (`outbox-bridge topics ensure`)"
-            )
+                "and drop acknowledged events",
+                "set it to false (`outbox-bridge topics ensure`)",
+            ))
         if report.partitions is not None and report.partitions < self._policy.partitions:
             report.notes.append(
                 f"topic {topic}: {report.partitions} partitions, the bridge's setting is {self._policy.partitions} "
@@ -226,7 +239,7 @@ class TopicGuard:
         refused: KafkaAccessError | None = access_error(err, self._conf)
         return refused or exc
 
-    def fix(self, report: TopicReport) -> list[str]:
+    def fix(self, report: TopicReport) -> list[TopicProblem]:
         """Set min.insync.replicas and unclean leader election where wrong, and lengthen a retention shorter than
         the policy's (never shorten one); return what is left unfixed."""
         entries = [ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
@@ -307,7 +320,7 @@ class TopicGuard:
             if report.exists:
                 self._wait_until_led(topic, report.partitions or 0)
         if report.problems:
-            raise TopicSafetyError("; ".join(report.problems))
+            raise TopicSafetyError("; ".join(map(str, report.problems)))
         for note in report.notes:
             log.warning(note)
         if report.history is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Final
 
 from alembic.runtime.migration import MigrationContext
@@ -59,25 +60,36 @@ def schema_revision(conn: Connection) -> str | None:
         ) from exc
 
 
-def revision_problem(current: str | None) -> str | None:
-    """What is wrong with the schema at revision `current` for this bridge, as a sentence with the fix;
-    None when it is at the newest revision."""
+@dataclass(frozen=True, slots=True)
+class RevisionProblem:
+    """Why the schema does not suit this bridge, and the fix (None where the summary already says what to do)."""
+
+    summary: str
+    fix: str | None = None
+
+    def __str__(self) -> str:
+        return self.summary if self.fix is None else f"{self.summary}. {self.fix}"
+
+
+def revision_problem(current: str | None) -> RevisionProblem | None:
+    """What is wrong with the schema at revision `current` for this bridge; None when it is at the newest
+    revision."""
     wanted = head()
     if current == wanted:
         return None
     if current is None:
-        return f"the outbox database is not migrated (no revision in {VERSION_TABLE}). {MIGRATE_FIX}"
+        return RevisionProblem(f"the outbox database is not migrated (no revision in {VERSION_TABLE})", MIGRATE_FIX)
     try:
         known = ScriptDirectory.from_config(alembic_config()).get_revision(current) is not None
     except CommandError:
         known = False
     if not known:
-        return (
+        return RevisionProblem(
             f"the outbox schema is at revision {current!r}, which this bridge does not know (a newer bridge "
             f"migrated it?); run the bridge version that migrated it, or downgrade with that version's "
             f"`outbox-bridge migrate --downgrade --revision {wanted}`"
         )
-    return f"the outbox schema is at revision {current}, this bridge needs {wanted}. {MIGRATE_FIX}"
+    return RevisionProblem(f"the outbox schema is at revision {current}, this bridge needs {wanted}", MIGRATE_FIX)
 
 
 def check_migrated(conn: Connection) -> None:

@@ -1,8 +1,9 @@
 """Which code the tests run: the per-event core as Python in a checkout, compiled in `make test-compiled`'s copy.
 
 A compiled module beside its source shadows it (Python imports the extension first), so one left in a checkout
-by `ops/compile_core.py --in-place` would run instead of any later edit of the source. `make test-compiled`
-sets BRIDGE_EXPECT_COMPILED=1, so its run proves it tested the compiled modules, not the sources beside them.
+(by an older `ops/compile_core.py --in-place`, or an editable install that compiled) would run instead of any later
+edit of the source. `make test-compiled` sets BRIDGE_EXPECT_COMPILED=1 in its copy with the wheel's compiled
+modules, so its run proves it tested the compiled modules, not the sources beside them.
 """
 
 from __future__ import annotations

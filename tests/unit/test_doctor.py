@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from bridge.doctor import Check, NoAnswer, Verdict, as_json, bounded, exit_code, render
+from bridge.doctor.checklist import Check, NoAnswer, Verdict, as_json, bounded, exit_code, render
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from pydantic import SecretStr
 
-from bridge.config import BridgeConfig, Compression
+from bridge.config import BridgeConfig, Compression, ProducerSection
 from bridge.errors import ConfigurationError
 from bridge.kafka import producer_settings as settings_module
 from bridge.kafka.producer_settings import MAX_INT32, check_extras, is_secret_producer_key, producer_settings
@@ -19,8 +19,8 @@ from bridge.kafka.reachability import ClientLog, quiet_client_settings, reachabi
 pytestmark = pytest.mark.unit
 
 
-def config_with(**overrides: Any) -> BridgeConfig:
-    return BridgeConfig(**overrides)
+def config_with(**overrides: Any) -> ProducerSection:
+    return BridgeConfig(**overrides).producer
 
 
 def test_safe_settings_are_always_set() -> None:

@@ -81,7 +81,7 @@ def _config(tmp_path: Path) -> BridgeConfig:
 
 def test_close_waits_for_the_broker_to_answer_what_is_in_flight_and_reports_it() -> None:
     reports = Reports()
-    publisher = _warmed_up(producer_settings(BridgeConfig()).conf, reports)
+    publisher = _warmed_up(producer_settings(BridgeConfig().producer).conf, reports)
     for seq in range(1, IN_FLIGHT + 1):
         publisher.send(_record(seq), 0)
     publisher.poll(0.05)  # sent, and the answers are still a round trip away
@@ -94,7 +94,7 @@ def test_close_waits_for_the_broker_to_answer_what_is_in_flight_and_reports_it()
 
 def test_close_gives_up_after_its_timeout_and_still_reports_every_message(caplog: pytest.LogCaptureFixture) -> None:
     reports = Reports()
-    publisher = _warmed_up(producer_settings(BridgeConfig()).conf, reports)
+    publisher = _warmed_up(producer_settings(BridgeConfig().producer).conf, reports)
     for seq in range(1, IN_FLIGHT + 1):
         publisher.send(_record(seq), 0)
     publisher.poll(0.05)
@@ -111,7 +111,7 @@ def test_close_gives_up_after_its_timeout_and_still_reports_every_message(caplog
 def test_a_closed_publisher_its_producer_and_their_threads_are_gone() -> None:
     producers, threads = _live_producers(), _threads()
     reports = Reports()
-    publisher = _warmed_up(producer_settings(BridgeConfig()).conf, reports)
+    publisher = _warmed_up(producer_settings(BridgeConfig().producer).conf, reports)
     for seq in range(1, IN_FLIGHT + 1):
         publisher.send(_record(seq), 0)
     publisher.poll(0.05)

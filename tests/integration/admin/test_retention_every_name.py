@@ -120,11 +120,13 @@ def test_cleanup_older_than_deletes_only_below_the_lowest_watermark(url) -> None
 
 def _events_gone_for(url: str, a: object, b_name: str) -> None:
     """Retire B (audited), then A's cleanup deletes all fifty: B no longer holds retention back."""
+    from bridge.config import parse_duration
     from bridge.names import list_names, retire
 
-    [held] = [n for n in list_names(a) if n["bridge_name"] == b_name]
+    listed = list_names(a.database, parse_duration(a.retention_hold_alert_after))
+    [held] = [n for n in listed if n["bridge_name"] == b_name]
     assert held["holds_retention_back"] and held["not_led_for_long"] and held["lag_events"] == EVENTS
-    retired = retire(a, b_name, reason="cluster decommissioned")
+    retired = retire(a.database, b_name, reason="cluster decommissioned")
     assert retired["watermark"] == 0
     result = maintenance.cleanup(a.database, timedelta(hours=1), dry_run=False, show_progress=False)
     assert result["deleted"] == EVENTS and result["held_back_by"] is None
@@ -155,7 +157,7 @@ def test_a_retired_name_holds_nothing_back_and_leads_again_only_when_told_where_
     assert "--start-from earliest" in line["error"]
     from bridge.status import collect_status
 
-    status = collect_status(b)
+    status = collect_status(b.database)
     assert status["retired_at"] is not None and "retired" in status["last_error"]
 
     # Told where to start, it leads again from there: the next event written, audited.
@@ -240,7 +242,7 @@ def test_names_status_and_doctor_name_the_name_that_holds_retention_back(url, ka
     OffsetStore(engine, "a").set_watermark(EVENTS)
     engine.dispose()
     a = bridge_config(url, kafka_bootstrap, bridge_name="a", retention="1h")
-    status = collect_status(a)
+    status = collect_status(a.database)
     assert status["retention_held_back_by"] == {"bridge_name": "b", "up_to_seq": 0}
     checks = {(c.name, c.verdict): c for c in BridgeDoctor(a).run()}
     assert "'b' holds it back at seq 0" in checks[("retention", Verdict.WARNING)].summary

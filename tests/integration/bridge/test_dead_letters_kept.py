@@ -87,20 +87,20 @@ def test_retention_keeps_a_dead_lettered_row_until_it_is_resolved(url, kafka_boo
         wait_until(lambda: registry.get_sample_value("outbox_dead_letters_open") == 1, 10, "the open dead letter gauge")
         assert registry.get_sample_value("outbox_dead_letter_oldest_age_seconds") >= 0
         assert registry.get_sample_value("outbox_dead_letter_alert_after_seconds") == 3600
-        assert collect_status(config)["dead_letters_open"] == 1
+        assert collect_status(config.database)["dead_letters_open"] == 1
         [check] = [c for c in BridgeDoctor(config).run() if c.name == "dead letters"]
         assert check.verdict is Verdict.WARNING and check.summary.startswith("1 open")
         assert "dead-letters republish SEQ" in (check.fix or "")
-        [dead] = list_dead_letters(config)
+        [dead] = list_dead_letters(config.database)
         assert (dead.seq, dead.status, dead.payload_truncated) == (POISON_SEQ, "open", True)
         assert dead.payload_bytes == len(BIG_PAYLOAD) and f"over the {SMALL_LIMIT}-byte limit" in dead.reason
         assert dead.dead_letter_topic == config.dlq_topic_name
-        resolved = resolve(config, POISON_SEQ, POISON_SEQ, reason="cut by hand; order replayed from the ERP")
+        resolved = resolve(config.database, POISON_SEQ, POISON_SEQ, reason="cut by hand; order replayed from the ERP")
         assert resolved["resolved"] == [POISON_SEQ]
         wait_until(lambda: _rows(url) == 0, 30, "the next retention pass to delete the resolved row")
-        assert list_dead_letters(config) == []
+        assert list_dead_letters(config.database) == []
         wait_until(lambda: registry.get_sample_value("outbox_dead_letters_open") == 0, 10, "the gauge to drop to 0")
-        [closed] = list_dead_letters(config, every_status=True)
+        [closed] = list_dead_letters(config.database, every_status=True)
         assert closed.status == "resolved" and closed.resolution == "cut by hand; order replayed from the ERP"
     finally:
         assert bridge.stop() == 0
@@ -163,7 +163,7 @@ def test_republishing_a_dead_letter_delivers_the_whole_payload_once_the_topic_ta
 
     from bridge.dead_letters import list_dead_letters, republish
 
-    [dead] = list_dead_letters(config)
+    [dead] = list_dead_letters(config.database)
     assert dead.payload_truncated, "1.5 MB does not fit the dead-letter topic's default limit either"
     raised = ConfigResource("topic", topic, incremental_configs=[
         ConfigEntry("max.message.bytes", "2000000", incremental_operation=AlterConfigOpType.SET)])
@@ -174,7 +174,7 @@ def test_republishing_a_dead_letter_delivers_the_whole_payload_once_the_topic_ta
     assert result["delivered"] == 1 and result["republished"] == [POISON_SEQ]
     again = [m for m in read_topic(kafka_bootstrap, topic) if record_seq(m) == POISON_SEQ]
     assert [m.value() for m in again] == [huge.encode()], "the whole payload, in the event's own topic"
-    assert list_dead_letters(config) == []
+    assert list_dead_letters(config.database) == []
     from bridge.store import maintenance
 
     maintenance.cleanup(config.database, timedelta(hours=1), dry_run=False, show_progress=False)

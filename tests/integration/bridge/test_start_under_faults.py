@@ -55,8 +55,8 @@ def test_a_bridge_that_cannot_start_names_the_step_in_its_log_metrics_status_and
             assert not registry.get_sample_value("outbox_startup_failures_total", {"step": "schema revision"})
 
             direct = bridge_config(postgres_url, kafka_bootstrap, bridge_name=config.bridge_name)
-            wait_until(lambda: bool(collect_status(direct)["instances"]), 10, "the instance's row")
-            [instance] = collect_status(direct)["instances"]
+            wait_until(lambda: bool(collect_status(direct.database)["instances"]), 10, "the instance's row")
+            [instance] = collect_status(direct.database)["instances"]
             assert instance["state"] == "starting" and instance["step"] == "seq path"
             assert instance["attempts"] >= 1 and instance["failing_since"] and "seq path" in instance["error"]
             [check] = [c for c in BridgeDoctor(direct).run() if c.name == "instances"]
@@ -67,7 +67,8 @@ def test_a_bridge_that_cannot_start_names_the_step_in_its_log_metrics_status_and
             assert registry.get_sample_value("outbox_startup_seconds") == 0
             assert not registry.get_sample_value("outbox_startup_failures_total", {"step": "schema revision"}), \
                 "a step that passed is not run again"
-            wait_until(lambda: collect_status(direct)["instances"][0]["state"] == "leading", 10, "state leading")
+            wait_until(lambda: collect_status(direct.database)["instances"][0]["state"] == "leading", 10,
+                       "state leading")
         finally:
             assert bridge.stop() == 0
-    assert collect_status(direct)["instances"] == [], "a graceful stop removes the instance's row"
+    assert collect_status(direct.database)["instances"] == [], "a graceful stop removes the instance's row"
