@@ -2,13 +2,7 @@
 check everything (doctor).
 
 Configuration comes from flags, then environment variables, then a TOML file (`--config` or
-OUTBOX_CONFIG_FILE), then defaults. Exit codes: 0 ok, 1 error, 2 bad usage or configuration (a database
-that is not migrated, or TLS to it that fails verification, included), 3 halted on a poison event, 4 unsafe
-topic, 5 request refused (nothing changed), 6 the database refused the login (wrong password or unknown
-user: fix OUTBOX_DB_URL or the role, then start again; not retried), and when Kafka refuses the bridge
-(not retried either): 7 authentication failed (wrong password or unknown user), 8 the brokers' TLS
-certificate is not trusted, 9 an ACL is missing; 10 rows this bridge name has not published were deleted,
-or the name is retired or new on an outbox whose early rows are gone (start it with `run --start-from`);
+OUTBOX_CONFIG_FILE), then defaults. The exit codes are those of `bridge.exits`, listed in `--help`;
 `doctor` exits 1 when a check failed.
 New here? Start with `outbox-bridge doctor`.
 """
@@ -19,17 +13,21 @@ import argparse
 import json
 import logging
 import sys
+import textwrap
 
-from bridge import cli_common, cli_keep
+from bridge import cli_common, cli_keep, exits
 from bridge.errors import ConfigurationError, DatabaseLoginError, OutboxError, TopicSafetyError
+from bridge.exits import EXIT_DB_LOGIN, EXIT_ERROR, EXIT_REFUSED, EXIT_UNSAFE, EXIT_USAGE
 
 log = logging.getLogger("bridge.cli")
 
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_UNSAFE = 4
-EXIT_REFUSED = 5
-EXIT_DB_LOGIN = 6
+#: What `outbox-bridge --help` says below the commands: where settings come from, and the exit codes.
+EPILOG = "\n".join((
+    textwrap.fill("Configuration comes from flags, then environment variables, then a TOML file (`--config` or "
+                  f"OUTBOX_CONFIG_FILE), then defaults. {exits.described()} `doctor` exits 1 when a check failed.",
+                  width=110),
+    "New here? Start with `outbox-bridge doctor`.",
+))
 
 
 def _topic_retention(parser: argparse.ArgumentParser) -> None:
@@ -173,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="outbox-bridge",
         description="Publish every committed row of the domain_events outbox to Kafka, in seq order, never skipping.",
-        epilog=__doc__.split("\n\n", 1)[1],
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -28,6 +28,7 @@ from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import SchemaItem
 
 from bridge.errors import ConfigurationError, DatabaseLoginError, OutboxError
+from bridge.exits import EXIT_DB_LOGIN, EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from bridge.schema import HORIZON_COLUMNS, SUPPORTED_DIALECTS
 from bridge.store.engine import translate_refusals
 from bridge.store.failures import store_error
@@ -209,17 +210,17 @@ def migrate_command(url: str, sql: bool, revision: str, downgrade: bool) -> int:
     try:
         if sql:
             sys.stdout.write(_offline_sql(url, revision, down=downgrade))
-            return 0
+            return EXIT_OK
         _run_online(url, revision, down=downgrade)
         at = current(url)
         print(f"outbox schema at {masked(url)}: revision {at or 'base (no outbox tables)'}")
-        return 0
+        return EXIT_OK
     except DatabaseLoginError as exc:
         print(f"outbox-bridge migrate: {exc}", file=sys.stderr)
-        return 6
+        return EXIT_DB_LOGIN
     except ConfigurationError as exc:
         print(f"outbox-bridge migrate: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except OutboxError as exc:
         print(f"outbox-bridge migrate: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR

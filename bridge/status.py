@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
 from bridge.config import BridgeConfig, DatabaseSection, TopicSection
+from bridge.exits import EXIT_OK, EXIT_UNSAFE
 from bridge.kafka.access import check_connection
 from bridge.kafka.topic_history import describe_bytes, describe_ms
 from bridge.kafka.topics import TopicGuard, TopicReport
@@ -21,8 +22,6 @@ from bridge.store.deletable import deletable, deleted_above
 from bridge.store.engine import make_engine, make_reader
 from bridge.store.failures import store_error
 from bridge.store.offsets import OffsetStore
-
-EXIT_UNSAFE = 4
 
 
 def collect_status(database: DatabaseSection) -> dict[str, Any]:
@@ -133,7 +132,7 @@ def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topic
         for r in reports:
             if r.history is not None:
                 console.print(f"warning: {r.history.summary}\n  fix: {r.history.fix}", markup=False, highlight=False)
-    return EXIT_UNSAFE if unsafe else 0
+    return EXIT_UNSAFE if unsafe else EXIT_OK
 
 
 def _retention(report: TopicReport) -> str:

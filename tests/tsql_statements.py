@@ -133,7 +133,7 @@ def _offsets(server: ListeningServer, engine: Engine) -> None:
     letter = dead_letters.DeadLetter(4, "e4", "order", "a-1", "too large", "outbox.dlq", 10, False)
     server.answer(r"^UPDATE bridge_dead_letters", rowcount=0, times=1)  # a new dead letter: inserted
     store.persist(lease, 7, 10.0, {"in_flight": 0}, dead_letters=[letter])
-    store.persist(lease, 3, 10.0, {}, allow_lower=True)
+    store.persist_rewound(lease, 3, 10.0, {})
     store.history(5)
     store.start_at(lease, StartAt(2, "me@host", "a reason", 2), 10.0)
     store.open_dead_letters()

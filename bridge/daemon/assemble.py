@@ -17,11 +17,11 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from bridge.config import BridgeConfig
-from bridge.daemon.loop import BridgeDaemon, OnDelivery, new_instance_id
+from bridge.daemon.loop import BridgeDaemon, new_instance_id
 from bridge.daemon.poison import producer_limit
 from bridge.daemon.startup import StartupStep
 from bridge.kafka.access import check_connection
-from bridge.kafka.publisher import KafkaPublisher, Publisher
+from bridge.kafka.publisher import DeliveryCallback, KafkaPublisher, Publisher
 from bridge.kafka.topics import TopicChecker, TopicGuard
 from bridge.metrics import BridgeMetrics
 from bridge.store.engine import make_engine, make_reader
@@ -37,7 +37,7 @@ from bridge.store.revision import check_migrated
 log = logging.getLogger("bridge.daemon")
 
 #: Makes a publisher from librdkafka settings and the daemon's delivery callback (`KafkaPublisher`).
-PublisherFactory = Callable[[dict[str, Any], OnDelivery], Publisher]
+PublisherFactory = Callable[[dict[str, Any], DeliveryCallback], Publisher]
 
 
 def build_daemon(

@@ -15,12 +15,11 @@ from __future__ import annotations
 import logging
 
 from bridge.errors import OutboxError
+from bridge.exits import EXIT_ROWS_GONE
 from bridge.store.lease import History, Lease, StartAt
 
 log = logging.getLogger("bridge.daemon")
 
-#: Rows this bridge name had not published were deleted, or the name is retired: see the module docstring.
-EXIT_ROWS_GONE = 10
 EARLIEST = "earliest"
 
 

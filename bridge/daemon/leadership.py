@@ -69,14 +69,21 @@ class Leadership:
     def expired(self) -> bool:
         return not self.may_send()
 
-    def renew(self, watermark: int, status: dict[str, Any], *, allow_lower: bool = False,
-              dead_letters: Sequence[DeadLetter] = ()) -> None:
+    def renew(self, watermark: int, status: dict[str, Any], *, dead_letters: Sequence[DeadLetter] = ()) -> None:
         """Persist the watermark (and the dead letters it passes) and renew the lease in one fenced write
         (FencedError if another instance took over); the deadline counts from before the write was sent."""
+        self._renewed(self.offsets.persist, watermark, status, dead_letters)
+
+    def renew_rewound(self, watermark: int, status: dict[str, Any], *,
+                      dead_letters: Sequence[DeadLetter] = ()) -> None:
+        """As `renew`, writing a watermark below the stored one: after a rewind to publish late rows."""
+        self._renewed(self.offsets.persist_rewound, watermark, status, dead_letters)
+
+    def _renewed(self, persist: Callable[..., None], watermark: int, status: dict[str, Any],
+                 dead_letters: Sequence[DeadLetter]) -> None:
         assert self.lease is not None, "renew() without the lease"
         started = time.monotonic()
-        self.offsets.persist(self.lease, watermark, self.lease_timeout_s, status, allow_lower=allow_lower,
-                             dead_letters=dead_letters)
+        persist(self.lease, watermark, self.lease_timeout_s, status, dead_letters=dead_letters)
         self._deadline = started + self.lease_timeout_s
         self._metrics.last_persist_timestamp_seconds.set(time.time())
 

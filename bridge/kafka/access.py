@@ -20,12 +20,9 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from bridge.errors import OutboxError
+from bridge.exits import EXIT_AUTHENTICATION, EXIT_CERTIFICATE, EXIT_DENIED, EXIT_ERROR
 from bridge.kafka.reachability import ClientLog, reachability
-
-# 6 is the database refusing the bridge's login (main's EXIT_DB_LOGIN): Kafka's refusals come after it.
-EXIT_AUTHENTICATION: Final = 7
-EXIT_CERTIFICATE: Final = 8
-EXIT_DENIED: Final = 9
+from bridge.kafka.refusal_text import denial_named, names_refused_credentials, names_untrusted_certificate
 
 AUTHORIZATION_CODES: Final = frozenset({
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
@@ -34,7 +31,8 @@ AUTHORIZATION_CODES: Final = frozenset({
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 })
 CHECK_TIMEOUT_S: Final = 10.0
-
+#: What a refusal names when it does not say which topic.
+BRIDGE_TOPICS: Final = "the bridge's topics"
 
 
 class _RefusalsAside:
@@ -44,8 +42,7 @@ class _RefusalsAside:
         self._inner = inner
 
     def log(self, level: int, message: str, *args: Any) -> None:
-        text = str(args[-1]).lower() if args else ""
-        if "authentication" in text or "ssl" in text or "certificate" in text:
+        if args and names_refused_credentials(str(args[-1])):
             return
         self._inner.log(level, message, *args)
 
@@ -53,7 +50,7 @@ class _RefusalsAside:
 class KafkaAccessError(OutboxError):
     """Kafka refused who the bridge is or what it asked for; retrying cannot help."""
 
-    exit_code = 1
+    exit_code = EXIT_ERROR
 
 
 class AuthenticationFailed(KafkaAccessError):
@@ -77,8 +74,7 @@ def principal_of(conf: Mapping[str, Any]) -> str:
 
 
 def is_certificate_failure(err: KafkaError) -> bool:
-    text = err.str().lower()
-    return err.code() == KafkaError._SSL or "certificate verify failed" in text or "ssl handshake failed" in text
+    return err.code() == KafkaError._SSL or names_untrusted_certificate(err.str())
 
 
 def is_authentication_failure(err: KafkaError) -> bool:
@@ -107,6 +103,24 @@ def access_error(err: KafkaError, conf: Mapping[str, Any]) -> KafkaAccessError |
             f"--entity-name {user or '<user>'}"
         )
     return None
+
+
+def delivery_refused(code: int, reason: str, conf: Mapping[str, Any],
+                     topic: str | None = None) -> KafkaAccessError | None:
+    """The access error a failed delivery means (an ACL missing, credentials or a certificate refused), if any:
+    sending again would fail the same way. `topic` is the failed record's, when known."""
+    named = denial_named(reason)
+    if named is not None and named.code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return denied(conf, "Write", f"topic {named.topic or BRIDGE_TOPICS}", "TOPIC_AUTHORIZATION_FAILED")
+    if named is not None:
+        code = named.code
+    if code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+        # The idempotent producer's id: Kafka grants it to a principal that may write some topic.
+        return denied(conf, "IdempotentWrite", "cluster (the idempotent producer's id; granted with Write on "
+                      "any topic)", KafkaError(code).name())
+    if code in AUTHORIZATION_CODES:
+        return denied(conf, "Write", f"topic {topic or BRIDGE_TOPICS}", KafkaError(code).name())
+    return access_error(KafkaError(code, reason), conf)
 
 
 def denied(conf: Mapping[str, Any], operation: str, resource: str, code_name: str) -> AccessDenied:

@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from bridge.core.records import KafkaRecord
 from bridge.kafka.access import AUTHORIZATION_CODES, is_authentication_failure, is_certificate_failure
 from bridge.kafka.reachability import quiet_client_settings, reachability
+from bridge.kafka.refusal_text import denial_named
 
 log = logging.getLogger("bridge.kafka.publisher")
 
@@ -162,7 +163,7 @@ class KafkaPublisher:
         if self.failure is None or not self.failure.fatal:
             self.failure = DeliveryFailure(None, err.code(), err.str(), fatal=True)
         # A refusal by the ACLs is the daemon's to report, once, naming what to grant.
-        refused = err.code() in AUTHORIZATION_CODES or "authorization failed" in err.str().lower()
+        refused = err.code() in AUTHORIZATION_CODES or denial_named(err.str()) is not None
         level = logging.WARNING if refused else logging.ERROR
         log.log(level, "fatal producer error", extra={"error": err.str(), "code": err.name()})
 

@@ -71,9 +71,15 @@ class LeaseStore(Protocol):
         ...
 
     def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], *,
-                allow_lower: bool = False, dead_letters: Sequence[DeadLetter] = ()) -> None:
-        """Write the watermark (never lower unless `allow_lower`), record the dead letters it passes, and
+                dead_letters: Sequence[DeadLetter] = ()) -> None:
+        """Write the watermark (never lower than the stored one), record the dead letters it passes, and
         renew; FencedError if stale."""
+        ...
+
+    def persist_rewound(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], *,
+                        dead_letters: Sequence[DeadLetter] = ()) -> None:
+        """As `persist`, writing `watermark` even below the stored one: after a rewind to publish rows that
+        turned up in holes the daemon had settled."""
         ...
 
     def release(self, lease: Lease) -> None: ...

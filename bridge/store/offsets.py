@@ -133,28 +133,32 @@ class OffsetStore:
             return None
         return Lease(self._name, owner, epoch, current.watermark, led_before=current.heartbeat_at is not None)
 
-    def persist(
-        self,
-        lease: Lease,
-        watermark: int,
-        lease_seconds: float,
-        status: dict[str, Any],
-        *,
-        allow_lower: bool = False,
-        dead_letters: Sequence[DeadLetter] = (),
-    ) -> None:
+    def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], *,
+                dead_letters: Sequence[DeadLetter] = ()) -> None:
         """Write the watermark and renew the lease; raise FencedError if another instance took over.
 
-        The stored watermark never moves back unless `allow_lower` (a rewind the operator asked for). The
+        The stored watermark never moves back here (`persist_rewound` and `apply_rewind` lower it). The
         dead letters the watermark passes are recorded in the same transaction: once retention can see the
         new watermark, it sees them too.
         """
         column = bridge_offsets.c.watermark
-        new_watermark: Any = watermark if allow_lower else case((column < watermark, watermark), else_=column)
+        self._persist(lease, case((column < watermark, watermark), else_=column), watermark, lease_seconds, status,
+                      dead_letters)
+
+    def persist_rewound(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], *,
+                        dead_letters: Sequence[DeadLetter] = ()) -> None:
+        """As `persist`, but the watermark is written as given, below the stored one too: the daemon rewound
+        to publish rows that turned up in holes it had settled (`bridge.daemon.rewinds.late_rows`)."""
+        self._persist(lease, watermark, watermark, lease_seconds, status, dead_letters)
+
+    def _persist(self, lease: Lease, written: Any, watermark: int, lease_seconds: float, status: dict[str, Any],
+                 dead_letters: Sequence[DeadLetter]) -> None:
+        """The fenced write of both: `written` is what the watermark column is set to (`watermark`, or an
+        expression that keeps the stored one when it is higher)."""
         try:
             with self._engine.begin() as conn:
                 now = _now(conn)
-                self._write_fenced(conn, lease, lease_seconds, now, watermark=new_watermark,
+                self._write_fenced(conn, lease, lease_seconds, now, watermark=written,
                                    status_json=json.dumps(status, default=str, separators=(",", ":")))
                 if dead_letters:
                     dead_letters_module.record(conn, self._name, dead_letters, now)

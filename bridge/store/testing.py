@@ -167,20 +167,30 @@ class InMemoryLeaseStore:
         self.epoch += 1
         self.owner = owner
 
+    def _current(self, lease: Lease) -> bool:
+        return lease.epoch == self.epoch and lease.owner == self.owner
+
     def _fence(self, lease: Lease) -> None:
-        if lease.epoch != self.epoch or lease.owner != self.owner:
+        if not self._current(lease):
             raise FencedError(f"bridge {self.bridge_name!r}: lease epoch {lease.epoch} of {lease.owner} is no "
                               f"longer current (epoch {self.epoch}, {self.owner})")
 
     def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], *,
-                allow_lower: bool = False, dead_letters: Sequence[DeadLetter] = ()) -> None:
+                dead_letters: Sequence[DeadLetter] = ()) -> None:
         self._fence(lease)
-        self.watermark = watermark if allow_lower else max(self.watermark, watermark)
+        self.watermark = max(self.watermark, watermark)
         self.expires_at = self._clock() + lease_seconds
         self.status = status
         self.persists += 1
         now = datetime.now(UTC)
         self.dead_letters.update((letter.seq, (letter, now)) for letter in dead_letters)
+
+    def persist_rewound(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], *,
+                        dead_letters: Sequence[DeadLetter] = ()) -> None:
+        # Lowered first, then written as any persist, so a test that watches `persist` sees this write too.
+        if self._current(lease):
+            self.watermark = min(self.watermark, watermark)
+        self.persist(lease, watermark, lease_seconds, status, dead_letters=dead_letters)
 
     def resolve(self, seq: int) -> None:
         del self.dead_letters[seq]

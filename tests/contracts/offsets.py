@@ -90,7 +90,7 @@ class OffsetStoreContract:
         row = store.read()
         assert row is not None and row.watermark == 100
         assert row.status == {"note": "a bug would do this"}  # the lease and status are still written
-        store.persist(lease, 40, 30, {}, allow_lower=True)
+        store.persist_rewound(lease, 40, 30, {})
         row = store.read()
         assert row is not None and row.watermark == 40
 

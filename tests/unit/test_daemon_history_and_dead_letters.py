@@ -34,8 +34,8 @@ class _Recording(InMemoryLeaseStore):
         self.written: list[tuple[int, list[int]]] = []
 
     def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], *,
-                allow_lower: bool = False, dead_letters: Sequence[DeadLetter] = ()) -> None:
-        super().persist(lease, watermark, lease_seconds, status, allow_lower=allow_lower, dead_letters=dead_letters)
+                dead_letters: Sequence[DeadLetter] = ()) -> None:
+        super().persist(lease, watermark, lease_seconds, status, dead_letters=dead_letters)
         self.written.append((watermark, [letter.seq for letter in dead_letters]))
 
 

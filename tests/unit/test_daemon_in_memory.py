@@ -144,10 +144,9 @@ class _StopsWhenFenced(InMemoryLeaseStore):
         self.on_fenced: Callable[[], None] = lambda: None
 
     def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], *,
-                allow_lower: bool = False, dead_letters: Sequence[DeadLetter] = ()) -> None:
+                dead_letters: Sequence[DeadLetter] = ()) -> None:
         try:
-            super().persist(lease, watermark, lease_seconds, status, allow_lower=allow_lower,
-                            dead_letters=dead_letters)
+            super().persist(lease, watermark, lease_seconds, status, dead_letters=dead_letters)
         except FencedError:
             self.on_fenced()
             raise

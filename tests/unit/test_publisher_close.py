@@ -17,7 +17,6 @@ from confluent_kafka import KafkaError, Producer
 
 from bridge.config import BridgeConfig, load_config
 from bridge.core.records import KafkaRecord
-from bridge.core.watermark import AckTracker
 from bridge.daemon import build_daemon
 from bridge.kafka.producer_settings import producer_settings
 from bridge.kafka.publisher import DeliveryFailure, KafkaPublisher
@@ -139,9 +138,9 @@ def test_a_rebuild_finishes_the_old_producer_before_it_builds_the_new_one(tmp_pa
     engine = make_engine(config.db_url.get_secret_value())
     daemon = build_daemon(config, publisher_factory=new_publisher, topic_guard=AcceptingTopicGuard(),
                           instance_id="unit", engine=engine)
-    tracker = AckTracker(0, max_in_flight=100, max_in_flight_bytes=1 << 20)
-    daemon.tracker = tracker
-    old = daemon._new_publisher()
+    term = daemon.new_term(0, ForgettingReader())  # type: ignore[arg-type]
+    tracker = term.tracker
+    old = term.publisher
     assert isinstance(old, KafkaPublisher)
     old.send(_record(1), tracker.generation)  # warm up: connection, metadata, producer id
     tracker.track(1, _record(1).size)
@@ -154,7 +153,8 @@ def test_a_rebuild_finishes_the_old_producer_before_it_builds_the_new_one(tmp_pa
     old.failure = DeliveryFailure(IN_FLIGHT + 2, KafkaError.MSG_SIZE_TOO_LARGE, "refused", fatal=False)
     producers = _live_producers()
 
-    new = daemon._rebuild(old, tracker, ForgettingReader())  # type: ignore[arg-type]
+    term._rebuild()
+    new = term.publisher
     try:
         assert tracker.watermark == IN_FLIGHT + 1, "the in-flight acks arrived before the rewind"
         assert len(built) == 2 and built[1]() is new
