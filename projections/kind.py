@@ -73,18 +73,19 @@ class Kind(ABC):
     lost_by_a_later_start: ClassVar[str]
     #: True when `apply` reads `batch.events` once, in the first action it runs (one MERGE, whose source Delta
     #: materializes once), needs no `seq_range`, and the kind has no deduplication horizon (whose floor needs
-    #: the batch's lowest seq before anything is written). The runner then counts each batch while that action
-    #: reads it (`projections.observed`) instead of in a Spark job of its own before `apply`.
+    #: the batch's lowest seq before anything is written). The applier then counts each batch while that action
+    #: reads it (`projections.applier.OnePass`) instead of in a Spark job of its own before `apply`.
     counts_while_applying: ClassVar[bool] = False
     #: True when `apply` reads `batch.events` once, in its first action (as above), and the seq range only
     #: narrows which table files it reads: any range that holds every event of the batch gives the same result.
-    #: The applier then guesses the range's low end before it reads the batch (`BatchApplier.apply_from_guess`),
+    #: The applier then guesses the range's low end before it reads the batch (`projections.applier.FromGuess`),
     #: applies the events from there in one pass counted by the observation, and the rest, if any, in a second.
     range_only_prunes: ClassVar[bool] = False
 
     @property
     def reads_batches_once(self) -> bool:
-        """Whether the runner hands this kind's applier decoded batches that count themselves as they are read."""
+        """Whether this kind's applier is handed decoded batches that count themselves as they are read
+        (`projections.applier.streaming_path`)."""
         return self.counts_while_applying or self.range_only_prunes
 
     def validate(self, projection: Declaration) -> None:  # noqa: B027 - most kinds have nothing to check

@@ -49,7 +49,7 @@ class Progress:
     last_batch: dict[str, int] = field(default_factory=dict)
     events_beyond_horizon: int = 0
     #: The lowest seq of the last batch that had a valid event: where the next batch's MERGE guesses its events
-    #: start (`BatchApplier.apply_from_guess`).
+    #: start (`projections.applier.FromGuess`).
     last_batch_min_seq: int | None = None
     #: Where the table's history starts (`HistoryStart.as_record`), noted by the build that created this record;
     #: None for a record written before it was noted.

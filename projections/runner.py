@@ -16,14 +16,13 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from projections.applier import BatchApplier
+from projections.applier import BatchApplier, streaming_path
 from projections.declaration import Projection
 from projections.errors import ProjectionError
 from projections.history import HistoryStart, check_history
 from projections.kafka_clients import group_prefix, source_options
 from projections.kinds.base import ensure_table
 from projections.lake import Lake, has_entries
-from projections.observed import BatchObservation
 from projections.payload import ResolvedPayload
 from projections.progress import read_progress
 from projections.settings import Settings
@@ -76,10 +75,8 @@ def start(
     history = builds_from_scratch_history(spark, projection, settings, lake)  # may refuse: nothing changed yet
     payload = prepare(spark, projection, lake)
     app_id = checkpoint_app_id(checkpoint, projection.name, spark)
-    # A kind whose batches are read once (`Kind.reads_batches_once`) gets them decoded, with the observation that
-    # counts them on (`BatchApplier.source`).
-    observation = BatchObservation(spark, projection.name) if projection.kind.reads_batches_once else None
-    applier = BatchApplier(projection, payload, lake, app_id, metrics, observation, checkpoint, history)
+    path = streaming_path(spark, projection, checkpoint)
+    applier = BatchApplier(projection, payload, lake, app_id, metrics, path, history)
     subscription, topics = projection.source_option(settings.topic_template)
 
     reader = (

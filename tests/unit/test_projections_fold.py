@@ -11,7 +11,7 @@ from pyspark.sql import Row
 
 from projections.errors import FoldError
 from projections.examples import order_status
-from projections.kinds.fold import Event, State, _KeyFolder
+from projections.kinds.fold.folding import Event, KeyFolder, State
 
 pytestmark = pytest.mark.unit
 
@@ -75,8 +75,8 @@ def folded(rows: list[Row], function: Any = order_status) -> dict[str, Any]:
     return dict(zip((*COLUMNS, "_refold"), folder(function)(("o1", rows)), strict=True))
 
 
-def folder(function: Any = order_status) -> _KeyFolder:
-    return _KeyFolder(
+def folder(function: Any = order_status) -> KeyFolder:
+    return KeyFolder(
         function=function, key="order_id", fields_by_type=FIELDS, state_names=STATE, columns=COLUMNS
     )
 

@@ -226,7 +226,7 @@ class Crash(RuntimeError):
 def test_a_crash_between_the_prunes_commit_and_the_progress_record_ends_as_if_uninterrupted(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import projections.applier
+    import projections.applier.batch_function
 
     fold = Folding(harness, DedupHorizon(seqs=6, prune_every=1))
     fold.apply(0, LATE[0])
@@ -234,7 +234,7 @@ def test_a_crash_between_the_prunes_commit_and_the_progress_record_ends_as_if_un
     def crash(*args: Any) -> None:
         raise Crash("dies after the prune's commit, before the progress record")
 
-    monkeypatch.setattr(projections.applier, "write_progress", crash)
+    monkeypatch.setattr(projections.applier.batch_function, "write_progress", crash)
     with pytest.raises(Crash):
         fold.apply(1, LATE[1])
     monkeypatch.undo()
