@@ -31,7 +31,6 @@ from bench.b3_latency import COMMITTED, percentiles
 from bench.backlog import PARTITIONS
 from bench.bridge_process import BridgeProcess, bridge_env
 from bench.context import Context
-from bench.report import B6_AIM_S, B6_TARGET_S
 from bench.spark_jobs import (
     applier_phases,
     batches_of,
@@ -43,6 +42,7 @@ from bench.spark_jobs import (
     warm_up,
 )
 from bench.stack import KAFKA1, pg_dsn
+from bench.targets import B6_AIM_S, B6_TARGET_S
 from bench.topics import TIMESTAMP_LOG_APPEND_TIME, header, partition_ends, read_all
 from bench.workload import AGGREGATE_TYPE
 from bench.writer import Schedule, WriterProcess, read_commits

@@ -12,10 +12,8 @@ from bench.b1_throughput import KEYS
 from bench.backlog import Target, drain
 from bench.context import Context
 from bench.stack import KAFKA1, pg_dsn
+from bench.targets import B7_FLAT_TOLERANCE, B7_PEAK_MB
 from bench.workload import Workload, load_postgres
-
-TARGET_MB = 150
-FLAT_TOLERANCE = 0.15  # peak RSS may differ by 15% between the sizes and still count as flat
 
 
 def _summary(events: int, samples: list[tuple[float, int]]) -> dict[str, Any]:
@@ -33,7 +31,7 @@ def run(ctx: Context) -> dict[str, Any]:
     url = ctx.scratch.database("b7")
     load_postgres(pg_dsn(url.rsplit("/", 1)[1]), Workload(keys=KEYS), small)
     small_run = drain(ctx, "b7-small", Target(url, KAFKA1, 1, KEYS), small, sample_rss=True)
-    result: dict[str, Any] = {"target": f"<= {TARGET_MB} MB, flat with backlog size",
+    result: dict[str, Any] = {"target": f"<= {B7_PEAK_MB} MB, flat with backlog size",
                               "sizes": {"small": _summary(small, small_run.rss_samples)},
                               "_rss": {"small": small_run.rss_samples}}
     if "rss_1m" in ctx.shared:
@@ -42,8 +40,8 @@ def run(ctx: Context) -> dict[str, Any]:
         result["_rss"]["large"] = samples
         peak_small, peak_large = result["sizes"]["small"]["peak_mb"], result["sizes"]["large"]["peak_mb"]
         result["growth"] = round(peak_large / peak_small - 1, 3)
-        result["flat"] = abs(result["growth"]) <= FLAT_TOLERANCE
-        result["meets_target"] = max(peak_small, peak_large) <= TARGET_MB and result["flat"]
+        result["flat"] = abs(result["growth"]) <= B7_FLAT_TOLERANCE
+        result["meets_target"] = max(peak_small, peak_large) <= B7_PEAK_MB and result["flat"]
     else:
         result["note"] = "run B1 in the same run for the large backlog's RSS"
     return result

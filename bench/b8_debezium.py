@@ -44,8 +44,8 @@ from bench.workload import AGGREGATE_TYPE, PAYLOAD_BYTES, Workload, load_postgre
 from bridge.store.postgres import APPLICATION_NAME
 
 sys.path.insert(0, str(ROOT / "ops"))
-import connect  # ops/ is not a package: its modules are imported by path
 import debezium
+from stack import connect  # ops/ holds scripts and the stack package, not on the path by default
 
 log = logging.getLogger("bench.b8")
 

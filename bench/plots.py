@@ -11,7 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
-from bench.report import database_cpu
+from bench.report.b8_debezium import database_cpu
+from bench.targets import B3_P99_MS, B3_RATE, B5_FIRST_ROUND_EVENTS_PER_S, B6_AIM_S, B7_PEAK_MB, CEILING_FRACTION
 
 BRIDGE, CEILING, TARGET = "#1f77b4", "#bbbbbb", "#d62728"
 # Debezium with B8's connector tuning is a darker grey than a ceiling, being a peer rather than a bound; Debezium's
@@ -66,8 +67,8 @@ def _throughput(bench: dict[str, Any], _: dict[str, Any]) -> Any:
         bridge, ceiling = variant["bridge"]["events_per_s"], variant["ceiling"]["events_per_s"]
         _pair(axis, i, (bridge, ceiling), (BRIDGE, CEILING), ("bridge", "ceiling (bare producer)"),
               (f"{bridge:,.0f}\n({variant['fraction_of_ceiling']:.0%})", f"{ceiling:,.0f}"))
-        axis.hlines(0.8 * ceiling, i - 0.4, i + 0.4, colors=TARGET, linestyles="dashed",
-                    label="target: 80% of ceiling" if i == 0 else None)
+        axis.hlines(CEILING_FRACTION * ceiling, i - 0.4, i + 0.4, colors=TARGET, linestyles="dashed",
+                    label=f"target: {CEILING_FRACTION:.0%} of ceiling" if i == 0 else None)
     axis.set_xticks(range(len(groups)), [g[0] for g in groups])
     axis.set_ylabel("events/s (512-byte payloads)")
     axis.set_title("Backlog drain: bridge vs bare producer, same run")
@@ -126,7 +127,7 @@ def _latency(bench: dict[str, Any], _: dict[str, Any]) -> Any:
                      label=key if i == 0 else None)
             axis.annotate(f"{value:,.0f}", (i + (j - 1.5) * width, max(value, 0.1)), ha="center", va="bottom",
                           fontsize=7)
-    axis.axhline(20, color=TARGET, linestyle="dashed", label="target p99 at 1,000/s: 20 ms")
+    axis.axhline(B3_P99_MS, color=TARGET, linestyle="dashed", label=f"target p99 at {B3_RATE:,}/s: {B3_P99_MS:.0f} ms")
     axis.set_yscale("log")
     axis.set_xticks(range(len(rates)), [f"{int(rate):,}/s offered\n{row['writer']['achieved_rate']:,.0f}/s written"
                                         for rate, row in rates.items()])
@@ -159,7 +160,8 @@ def _projection(bench: dict[str, Any], _: dict[str, Any]) -> Any:
     for i, row in enumerate(kinds.values()):
         values = (row["projection"]["events_per_s"], row["baseline"]["events_per_s"])
         _pair(axis, i, values, (BRIDGE, CEILING), ("projection", "bare MERGE baseline"))
-    axis.axhline(50_000, color=TARGET, linestyle="dashed", label="target 50,000/s")
+    axis.axhline(B5_FIRST_ROUND_EVENTS_PER_S, color=TARGET, linestyle="dashed",
+                 label=f"target {B5_FIRST_ROUND_EVENTS_PER_S:,}/s")
     axis.set_yscale("log")
     axis.set_xticks(range(len(kinds)), list(kinds))
     axis.set_ylabel("events/s (log scale)")
@@ -183,8 +185,8 @@ def _end_to_end(bench: dict[str, Any], _: dict[str, Any]) -> Any:
         axis.bar([i + (j - (len(series) - 1) / 2) * width for i in range(len(keys))],
                  [values.get(k, 0) for k in keys], width, label=label,
                  color=CEILING if "bare" in label else plt.cm.Greens(0.4 + 0.25 * j))
-    axis.axhline(2, color=TARGET, linestyle="dotted", label="target p50 2 s")
-    axis.axhline(5, color=TARGET, linestyle="dashed", label="target p99 5 s")
+    axis.axhline(B6_AIM_S[0], color=TARGET, linestyle="dotted", label=f"target p50 {B6_AIM_S[0]:.0f} s")
+    axis.axhline(B6_AIM_S[1], color=TARGET, linestyle="dashed", label=f"target p99 {B6_AIM_S[1]:.0f} s")
     axis.set_xticks(range(len(keys)), keys)
     axis.set_ylabel("seconds")
     axis.set_title(f"B6: end to end at {b6['writer']['offered_rate']:,} events/s")
@@ -201,7 +203,7 @@ def _rss(bench: dict[str, Any], samples: dict[str, Any]) -> Any:
     for name, points in series.items():
         events = sizes.get(name, {}).get("events", 0)
         axis.plot([t for t, _ in points], [rss / 2**20 for _, rss in points], label=f"{events:,}-event backlog")
-    axis.axhline(150, color=TARGET, linestyle="dashed", label="target 150 MB")
+    axis.axhline(B7_PEAK_MB, color=TARGET, linestyle="dashed", label=f"target {B7_PEAK_MB} MB")
     axis.set_xlabel("seconds since the bridge process started")
     axis.set_ylabel("RSS (MB)")
     axis.set_ylim(bottom=0)

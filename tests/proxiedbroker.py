@@ -3,15 +3,14 @@
 Kafka clients bootstrap at one address, then connect to the addresses the brokers advertise in their
 metadata; a proxy in front of a shared broker would see only the bootstrap connection. This broker
 listens on one loopback port and advertises the proxy's, so every connection, the bootstrap one too,
-is the proxy's. It runs from the jars and java command of `ops/localstack.py` (`KafkaCluster`), with its
-data and log in a temporary directory that `stop` removes.
+is the proxy's. It runs from the jars and java command of the stack's `KafkaCluster` (`ops/stack/kafka.py`),
+with its data and log in a temporary directory that `stop` removes.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import importlib.util
 import random
 import shutil
 import socket
@@ -22,7 +21,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 from tests.kafkaproxy import KafkaFaultProxy
 
@@ -33,16 +31,14 @@ PORTS = range(20_000, 32_000 - 100)
 START_TIMEOUT_S = 90.0
 
 
-def _localstack() -> ModuleType:
-    """ops/localstack.py as a module (ops/ is scripts, not a package)."""
-    name = "outbox_ops_localstack"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "ops" / "localstack.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up while the class is built
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+def _kafka_cluster() -> type:
+    """`KafkaCluster` of the stack package in ops/ (ops/ is scripts and that package, not on the path by default)."""
+    ops = str(ROOT / "ops")
+    if ops not in sys.path:
+        sys.path.insert(0, ops)
+    from stack.kafka import KafkaCluster
+
+    return KafkaCluster
 
 
 def _free(port: int) -> bool:
@@ -67,7 +63,7 @@ class ProxiedBroker:
     """The broker's process and the proxy every client goes through; `bootstrap` is the proxy."""
 
     proxy: KafkaFaultProxy
-    cluster: object  # a KafkaCluster of ops/localstack.py, rooted in `root`
+    cluster: object  # a KafkaCluster of ops/stack/kafka.py, rooted in `root`
     root: Path
     started_in_s: float
 
@@ -83,11 +79,11 @@ class ProxiedBroker:
 @contextlib.contextmanager
 def proxied_broker(timeout_s: float = START_TIMEOUT_S) -> Iterator[ProxiedBroker]:
     """Start the proxy, then the broker behind it; stop both and remove the data however the block ends."""
-    localstack = _localstack()
+    kafka_cluster = _kafka_cluster()
     root = Path(tempfile.mkdtemp(prefix="outbox-proxied-kafka-"))
 
     @dataclass(frozen=True)
-    class PrivateCluster(localstack.KafkaCluster):  # type: ignore[name-defined,misc]
+    class PrivateCluster(kafka_cluster):  # type: ignore[valid-type,misc]
         """Data, pid file and log under `root`, not the shared stack's .run/."""
 
         @property

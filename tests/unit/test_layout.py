@@ -1,6 +1,6 @@
-"""The layout: no import circles in `bridge/` or `projections/`, imports made inside functions or only for
-type checking included (a circle hidden behind a function-local or a TYPE_CHECKING import is still a
-circle), and the bridge's pure core imports nothing with I/O."""
+"""The layout: no import circles in `bridge/`, `projections/` or `ops/`, imports made inside functions or only
+for type checking included (a circle hidden behind a function-local or a TYPE_CHECKING import is still a
+circle); no module in them over 350 lines; and the bridge's pure core imports nothing with I/O."""
 
 from __future__ import annotations
 
@@ -11,12 +11,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = ["bridge", "projections", "ops"]
+#: A module longer than this usually holds two concepts: split it by concept.
+MOST_LINES = 350
+
+
+def _import_root(path: Path) -> Path:
+    """The folder on `sys.path` from which `path` is imported: the nearest one above it that is not a package
+    (the repository root for bridge/ and projections/; ops/ itself for its scripts and its `stack` package)."""
+    folder = path.parent
+    while (folder / "__init__.py").exists():
+        folder = folder.parent
+    return folder
 
 
 def _modules(package: str) -> dict[str, Path]:
+    """Every module under the folder `package`, by the name its importers use."""
     modules = {}
     for path in (ROOT / package).rglob("*.py"):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        parts = list(path.relative_to(_import_root(path)).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         modules[".".join(parts)] = path
@@ -37,8 +50,8 @@ def _imports(name: str, source: str, modules: dict[str, Path]) -> set[str]:
     found = set()
     for module in named:
         parts = module.split(".")
-        # Importing a.b.c runs a.b's __init__ too.
-        found.update(".".join(parts[:end]) for end in range(2, len(parts) + 1))
+        # Importing a.b.c runs a's and a.b's __init__ too.
+        found.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
     return {m for m in found if m in modules and m != name and not name.startswith(m + ".")}
 
 
@@ -47,12 +60,20 @@ def _graph(package: str) -> dict[str, set[str]]:
     return {name: _imports(name, path.read_text(), modules) for name, path in modules.items()}
 
 
-@pytest.mark.parametrize("package", ["bridge", "projections"])
+@pytest.mark.parametrize("package", FOLDERS)
 def test_a_package_has_no_import_circles(package: str) -> None:
     try:
         tuple(TopologicalSorter(_graph(package)).static_order())
     except CycleError as exc:
         pytest.fail(f"import circle in {package}/: {' -> '.join(exc.args[1])}")
+
+
+@pytest.mark.parametrize("package", FOLDERS)
+def test_no_module_is_longer_than_a_sitting(package: str) -> None:
+    lengths = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
+               for path in sorted((ROOT / package).rglob("*.py"))}
+    too_long = {name: lines for name, lines in lengths.items() if lines > MOST_LINES}
+    assert not too_long, f"over {MOST_LINES} lines, split by concept: {too_long}"
 
 
 def test_the_core_is_pure() -> None:
@@ -78,3 +99,11 @@ def test_the_check_sees_a_circle() -> None:
 def test_the_check_sees_an_import_made_only_for_type_checking() -> None:
     source = "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from projections.lake import Lake\n"
     assert _imports("projections.horizon", source, _modules("projections")) == {"projections.lake"}
+
+
+def test_the_check_names_ops_modules_as_their_scripts_import_them() -> None:
+    """ops/ is run as scripts: its folder is on the path, so a script is `localstack` and the package `stack`."""
+    modules = _modules("ops")
+    assert {"localstack", "connect", "stack", "stack.kafka"} <= modules.keys()
+    assert _imports("localstack", "from stack.cli import main\n", modules) == {"stack", "stack.cli"}
+    assert _imports("stack.cli", "from stack import connect\n", modules) == {"stack.connect"}

@@ -30,8 +30,8 @@ from bridge.migrate import upgrade
 from tests.support import bridge_env, read_topic, spawn_bridge, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "ops"))
-import connect  # ops/ is not a package: its modules are imported by path
 import debezium
+from stack import connect  # ops/ holds scripts and the stack package, not on the path by default
 
 PARTITIONS = 6
 AGGREGATE_TYPES = ("order", "customer")

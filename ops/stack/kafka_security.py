@@ -3,8 +3,8 @@
 Everything is made per run under the cluster's home: a CA and one broker key (openssl; the broker reads a
 PKCS12 keystore and trusts the CA as PEM), and random passwords for the admin super user (added at storage
 format time, `--add-scram`), the controller listener (PLAIN, which KRaft controllers can check before any
-metadata exists) and the role users (`ROLES`, created through the admin API once the cluster answers).
-The role users' ACLs come from `bridge.kafka.acls`, the same code an operator uses.
+metadata exists) and the role users (`BRIDGE_USER`, `PROJECTIONS_USER`; created through the admin API once
+the cluster answers). The role users' ACLs come from `bridge.kafka.acls`, the same code an operator uses.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from stack.places import ROOT
 
 MECHANISM = "SCRAM-SHA-512"
 ADMIN_USER = "admin"
@@ -161,7 +163,7 @@ def provision(bootstrap: str, tls: Tls, creds: Credentials, timeout: float = 30.
     """Create the role users (SCRAM) and their ACLs through the admin API, as the admin super user."""
     from confluent_kafka.admin import AdminClient
 
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(ROOT)
     if root not in sys.path:  # run as a script: the project's own bridge package, not an installed one
         sys.path.insert(0, root)
     from bridge.kafka.acls import apply_bindings, bridge_bindings, projection_bindings, upsert_scram_users

@@ -1,0 +1,179 @@
+"""B1's rows of the summary and its section: the PostgreSQL backlog drained beside the bare producer (the
+ceiling) and the bare read-and-produce loop, with the tuning tried and the bridge's profile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.report.cells import DASH, Plots, num, problem, problem_row, problem_section, verdict
+from bench.targets import B1_ONE_BROKER_FRACTION, STATED
+
+TITLE = "B1: PostgreSQL backlog to Kafka"
+
+
+def _one_broker_goal(label: str, variant: dict[str, Any]) -> str:
+    """The second goal, on one broker only, beside the 80% one."""
+    if label != "1 broker":
+        return ""
+    met = variant["fraction_of_ceiling"] >= B1_ONE_BROKER_FRACTION
+    return f"; #13's goal on one broker, >= {B1_ONE_BROKER_FRACTION:.0%}: {verdict(met)}"
+
+
+def summary(bench: dict[str, Any]) -> list[str]:
+    b1 = bench.get("B1")
+    why = problem(b1)
+    if why:
+        return [problem_row("B1", "PostgreSQL backlog to Kafka", why, STATED["B1"])]
+    assert b1 is not None
+    rows = []
+    for label, v in b1["variants"].items():
+        why = problem(v)
+        if why:
+            rows.append(problem_row("B1", f"PostgreSQL, {label}", why, STATED["B1"], DASH))
+            continue
+        rows.append(
+            f"| B1 | PostgreSQL backlog ({v['bridge']['events']:,} events), {label} | "
+            f"{num(v['bridge']['events_per_s'])} events/s, {num(v['bridge']['payload_mb_per_s'], 1)} MB/s | "
+            f"{num(v['ceiling']['events_per_s'])} events/s, {num(v['ceiling']['payload_mb_per_s'], 1)} MB/s | "
+            f"{STATED['B1']} (got {v['fraction_of_ceiling']:.0%}){_one_broker_goal(label, v)} | "
+            f"{verdict(v.get('meets_target'))} |")
+    return rows
+
+
+def section(results: dict[str, Any], plots: Plots) -> str:
+    bench = results.get("benchmarks", {})
+    b1 = bench.get("B1")
+    why = problem(b1)
+    if why:
+        return problem_section(TITLE, why)
+    assert b1 is not None
+    backlog = b1["backlog"]
+    lines = [
+        f"## {TITLE}",
+        "",
+        f"Backlog: {backlog['events']:,} events, {backlog['payload_bytes']}-byte JSON payloads, {backlog['keys']:,} "
+        f"aggregates (keys), loaded in {backlog['load_seconds']} s ({backlog['loaded_with']}), outside the timed "
+        "part. Each variant runs `outbox-bridge run` as a process under a fresh bridge name (watermark 0), on a "
+        "topic created beforehand with 6 partitions; its rate is records acknowledged per second between the first "
+        "and the last record, read from the topic's high watermarks every 0.1 s. The ceiling is a bare "
+        "confluent-kafka producer (`bench/ceiling.py`) with the bridge's own producer settings "
+        "(`bridge.kafka.producer_settings`) sending the same records (key, payload, the five headers), built in memory "
+        "before the clock starts, measured just before and just after the bridge; the table shows both. The second "
+        "ceiling, on PostgreSQL, is the bare read-and-produce loop (`bench/read_produce.py`): the bridge's own query "
+        "and record format, read and produced in one loop with no hole rule, ack tracking, lease or metrics, run "
+        "right after the bridge; the bridge beside it is what its guarantees cost.",
+        "",
+        "| variant | events | bridge events/s | bridge MB/s | wall incl. start-up | ceiling before / after | "
+        "bridge / ceiling | read-and-produce events/s | bridge / read-and-produce | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, v in b1["variants"].items():
+        if problem(v):
+            lines.append(f"| {label} | {problem(v)} | | | | | | |")
+            continue
+        c, b = v["ceiling"], v["bridge"]
+        lines.append(
+            f"| {label} | {b['events']:,} | {num(b['events_per_s'])} | {num(b['payload_mb_per_s'], 1)} | "
+            f"{b['wall_s']} s | "
+            f"{num(c['before_events_per_s'])} / {num(c['after_events_per_s'])} | {v['fraction_of_ceiling']:.0%} | "
+            f"{num(v['read_and_produce']['events_per_s']) if 'read_and_produce' in v else DASH} | "
+            f"{format(v['fraction_of_read_and_produce'], '.0%') if 'read_and_produce' in v else DASH} | "
+            f"{verdict(v.get('meets_target'))} |")
+        if v.get("warning"):
+            lines.append(f"\nWarning ({label}): {v['warning']}\n")
+    core = b1.get("bridge_core")
+    if core:
+        lines += ["", f"The bridge's per-event core (`bridge.compiled.MODULES`): {core}."]
+    for label, v in b1["variants"].items():
+        if not isinstance(v, dict):
+            continue
+        plain = v.get("bridge_plain_python")
+        if plain:
+            lines.append(f"The same bridge with that core as plain Python ({label}, right after it): "
+                         f"{num(plain['events_per_s'])} events/s, {plain['fraction_of_ceiling']:.0%} of the "
+                         f"ceiling; compiled, {num(v['bridge']['events_per_s'])} "
+                         f"({v['bridge']['events_per_s'] / plain['events_per_s'] - 1:+.0%}).")
+        threads = v.get("bridge", {}).get("thread_cpu")
+        if threads:
+            shown = sorted(threads.items(), key=lambda item: -item[1])
+            python_share = threads.get("main", 0.0) + threads.get("other Python threads", 0.0)
+            lines += [
+                "", f"The bridge's CPU by thread ({label}, while records arrived; share of one core): "
+                + ", ".join(f"{name} {share:.0%}" for name, share in shown if share >= 0.005)
+                + (f". The main thread and the other Python threads take turns on the interpreter's lock: "
+                   f"together {python_share:.0%} of one core." if "other Python threads" in threads else
+                   ". The bridge runs its Python in the main thread alone.")]
+        rounds = v.get("rounds")
+        if rounds:
+            lines += ["", f"{label}: {len(rounds)} rounds of the whole sequence; the table shows the round with the "
+                      "median bridge / ceiling. Every round (bridge events/s, ceiling before / after, bridge / ceiling"
+                      "; core as plain Python; read-and-produce):", ""]
+            lines += [f"- round {i}: {num(r['bridge_events_per_s'])}, {num(r['ceiling_before_events_per_s'])} / "
+                      f"{num(r['ceiling_after_events_per_s'])}, **{r['fraction_of_ceiling']:.0%}**; "
+                      f"{num(r.get('plain_python_events_per_s'))}; {num(r.get('read_and_produce_events_per_s'))}"
+                      for i, r in enumerate(rounds, 1)]
+    settings = next((v["ceiling"]["producer_settings"] for v in b1["variants"].values() if "ceiling" in v), {})
+    if settings:
+        shown = {k: v for k, v in settings.items() if k not in ("bootstrap.servers", "client.id")}
+        lines += ["", "Producer settings (bridge and ceiling): " + ", ".join(f"`{k}={v}`" for k, v in shown.items())]
+    lines.append(plots.link("throughput", "bridge vs ceiling"))
+    lines.append(plots.link("b1_timeline", "records acknowledged over time"))
+    lines += _tuning(bench.get("B1-tuning"), plots)
+    lines += _profile(b1.get("profile"))
+    return "\n".join(lines) + "\n"
+
+
+def _tuning(tuning: dict[str, Any] | None, plots: Plots) -> list[str]:
+    """B1-tuning: one setting changed at a time, each beside its own ceiling."""
+    lines: list[str] = []
+    if tuning and not problem(tuning) and tuning.get("variants"):
+        lines += [
+            "### Tuning tried",
+            "",
+            f"One setting changed at a time from the defaults, {tuning['events_per_variant']:,} events each, 1 broker, "
+            f"{tuning.get('rounds', 1)} rounds round-robin (mean, and the range of the rounds). Producer settings "
+            "change the ceiling too, so those rows have their own ceiling.",
+            "",
+            "| variant | settings | bridge events/s (range) | ceiling events/s | bridge / ceiling |",
+            "|---|---|---|---|---|",
+        ]
+        for name, row in tuning["variants"].items():
+            settings_text = ", ".join(f"`{k}={v}`" for k, v in row["settings"].items()) or "defaults"
+            spread = row.get("bridge_range")
+            spread_text = f" ({num(spread[0])} to {num(spread[1])})" if spread else ""
+            lines.append(f"| {name} | {settings_text} | {num(row['bridge_events_per_s'])}{spread_text} | "
+                         f"{num(row['ceiling_events_per_s'])} | {row['fraction_of_ceiling']:.0%} |")
+        lines.append(plots.link("tuning", "tuning sweep"))
+    return lines
+
+
+def _profile(profile: dict[str, Any] | None) -> list[str]:
+    """Where the bridge's time goes (py-spy), as self time by line beside inclusive time by function."""
+    lines: list[str] = []
+    if profile and profile.get("self"):
+        lines += [
+            "### Profile of the bridge (py-spy)",
+            "",
+            f"A separate, untimed drain of {profile['events']:,} events with py-spy attached at "
+            f"{profile['sampling_hz']} Hz for {profile['seconds_profiled']} s ({profile['samples']:,} samples, "
+            f"{num(profile['events_per_s_while_profiled'])} events/s while profiled)."
+            + (f" The main thread was busy (not idle in a system call) in {profile['busy_share']:.0%} of the "
+               "sampling time." if "busy_share" in profile else "") + " Share of samples:",
+            "",
+            "| self time (line) | share | | inclusive time (function) | share |",
+            "|---|---|---|---|---|",
+        ]
+        inclusive = [e for e in profile["inclusive"] if e["share"] < 0.97][:15]
+        own = profile["self"][:15]
+        for i in range(max(len(own), len(inclusive))):
+            left = _profile_cells(own[i] if i < len(own) else None)
+            right = _profile_cells(inclusive[i] if i < len(inclusive) else None)
+            lines.append(f"| {left} | | {right} |")
+    elif profile:
+        lines += ["### Profile", "", profile.get("skipped", "")]
+    return lines
+
+
+def _profile_cells(entry: dict[str, Any] | None) -> str:
+    return f"`{entry['function']}` | {entry['share']:.1%}" if entry else " | "
+

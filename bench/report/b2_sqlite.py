@@ -1,0 +1,43 @@
+"""B2's row of the summary and its section: a SQLite backlog drained exactly as B1 drains PostgreSQL's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.report.cells import Plots, num, problem, problem_row, problem_section, verdict
+from bench.targets import STATED
+
+TITLE = "B2: SQLite backlog to Kafka"
+
+
+def summary(bench: dict[str, Any]) -> list[str]:
+    b2 = bench.get("B2")
+    why = problem(b2)
+    if why:
+        return [problem_row("B2", "SQLite backlog to Kafka", why, STATED["B2"])]
+    assert b2 is not None
+    return [
+        f"| B2 | SQLite backlog ({b2['bridge']['events']:,} events), 1 broker | {num(b2['bridge']['events_per_s'])} "
+        f"events/s | {num(b2['ceiling']['events_per_s'])} events/s | {STATED['B2']} (got "
+        f"{b2['fraction_of_ceiling']:.0%}) | {verdict(b2.get('meets_target'))} |"]
+
+
+def section(results: dict[str, Any], plots: Plots) -> str:
+    b2 = results.get("benchmarks", {}).get("B2")
+    why = problem(b2)
+    if why:
+        return problem_section(TITLE, why)
+    assert b2 is not None
+    c, b = b2["ceiling"], b2["bridge"]
+    return "\n".join([
+        f"## {TITLE}",
+        "",
+        f"{b2['backlog']['events']:,} events in a SQLite file ({b2['backlog']['loaded_with']}, "
+        f"{b2['backlog']['load_seconds']} s), drained to the 1-broker cluster exactly as in B1.",
+        "",
+        "| events | bridge events/s | bridge MB/s | ceiling before / after | bridge / ceiling | verdict |",
+        "|---|---|---|---|---|---|",
+        f"| {b['events']:,} | {num(b['events_per_s'])} | {num(b['payload_mb_per_s'], 1)} | "
+        f"{num(c['before_events_per_s'])} / {num(c['after_events_per_s'])} | {b2['fraction_of_ceiling']:.0%} | "
+        f"{verdict(b2.get('meets_target'))} |",
+    ]) + "\n"
