@@ -1,5 +1,6 @@
-"""The `outbox-bridge` commands that decide what the outbox keeps: `names` (every bridge name on the outbox,
-and retiring one) and `dead-letters` (the poison events set aside, republished or resolved)."""
+"""The `outbox-bridge` commands that decide what the outbox keeps: `cleanup` (retention: deleting what every
+bridge name has published), `names` (every bridge name on the outbox, and retiring one) and `dead-letters`
+(the poison events set aside, republished or resolved)."""
 
 from __future__ import annotations
 
@@ -79,7 +80,37 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    from bridge.store import maintenance
+
+    config = cli_common.config(args)
+    older_than = maintenance.parse_duration(args.older_than)
+    plan = maintenance.cleanup(config.database, older_than, dry_run=True)
+    if not args.dry_run and plan["rows"]:
+        held = f"; held back by bridge {plan['held_back_by']!r}" if plan["held_back_by"] else ""
+        cli_common.confirm(f"Delete {plan['rows']} rows older than {args.older_than} that every bridge name has "
+                           f"published{held}?", args.yes)
+        plan = maintenance.cleanup(config.database, older_than, dry_run=False, batch_size=args.batch_size,
+                                   show_progress=not args.json)
+    cli_common.report(plan, args.json, "cleanup" + (" (dry run: nothing changed)" if args.dry_run else ""))
+    return 0
+
+
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    cleanup = sub.add_parser(
+        "cleanup", help="delete published rows older than a duration, never above the watermark",
+        description="Deletes rows older than --older-than that every bridge name on the outbox has published "
+                    "(below the lowest watermark and every pending rewind), never a row with an open dead letter, "
+                    "in small batches so the running bridge and the application are not blocked. Each run is "
+                    "recorded, so a bridge name whose rows it deleted refuses to lead instead of skipping them.")
+    cli_common.options(cleanup)
+    cleanup.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 90m, 12h, 7d, 2w")
+    cleanup.add_argument("--batch-size", type=int, default=1000, help="rows per delete transaction")
+    cleanup.add_argument("--dry-run", action="store_true", help="count only")
+    cleanup.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    cleanup.add_argument("--json", action="store_true", help="machine-readable output")
+    cleanup.set_defaults(func=cmd_cleanup)
+
     names = sub.add_parser(
         "names", help="every bridge name on the outbox (watermark, lag, last leader); retire one",
         description="Several bridge names on one outbox publish it to several Kafka clusters, one watermark and "
