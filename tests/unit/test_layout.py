@@ -107,3 +107,17 @@ def test_the_check_names_ops_modules_as_their_scripts_import_them() -> None:
     assert {"localstack", "connect", "stack", "stack.kafka"} <= modules.keys()
     assert _imports("localstack", "from stack.cli import main\n", modules) == {"stack", "stack.cli"}
     assert _imports("stack.cli", "from stack import connect\n", modules) == {"stack.connect"}
+
+
+@pytest.mark.parametrize("package", ["bridge", "projections", "ops"])
+def test_unit_tests_mirror_the_packages(package: str) -> None:
+    """A unit test sits in the folder of what it tests (tests/unit/bridge/daemon/ for bridge/daemon/), so a
+    maintainer finds a module's tests by its path; a test folder with no package beside it has lost its way."""
+    tests = ROOT / "tests" / "unit" / package
+    assert tests.is_dir(), f"no tests/unit/{package}/"
+    stray = sorted(folder.relative_to(ROOT / "tests" / "unit").as_posix() for folder in tests.rglob("*")
+                   if folder.is_dir() and folder.name != "__pycache__"
+                   and not (ROOT / folder.relative_to(ROOT / "tests" / "unit")).is_dir())
+    assert not stray, f"unit test folders with no package of that path: {stray}"
+    flat = sorted(path.name for path in (ROOT / "tests" / "unit").glob("test_*.py") if path.name != "test_layout.py")
+    assert not flat, f"unit tests outside the mirror of the packages: {flat}"

@@ -22,7 +22,7 @@ from bridge import metrics as bridge_metrics
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ALERTS = ROOT / "ops" / "prometheus" / "alerts.yml"
 DASHBOARDS = ROOT / "ops" / "grafana" / "dashboards"
 OPERATIONS = ROOT / "docs" / "OPERATIONS.md"

@@ -18,7 +18,7 @@ from bridge.store.dead_letters import DeadLetter
 from bridge.store.deletable import Deleted
 from bridge.store.lease import Lease
 from bridge.store.testing import InMemoryLeaseStore, InMemoryOutbox
-from tests.unit.test_daemon_in_memory import CONFIG, _daemon, _script, _seqs
+from tests.unit.bridge.daemon.test_in_memory import CONFIG, _daemon, _script, _seqs
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from bridge.metrics import COMMIT_TO_ACK_BUCKETS, COMMIT_TO_ACK_SECONDS, BridgeMetrics, OneThreadHistogram
 from bridge.store.testing import InMemoryLeaseStore, InMemoryOutbox
-from tests.unit.test_daemon_in_memory import _daemon, _script
+from tests.unit.bridge.daemon.test_in_memory import _daemon, _script
 
 _BOUNDS = st.sampled_from(COMMIT_TO_ACK_BUCKETS)
 

@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-SCRIPT = Path(__file__).resolve().parents[2] / "ops" / "apt-install.sh"
+SCRIPT = Path(__file__).resolve().parents[3] / "ops" / "apt-install.sh"
 PACKAGES = ("libfake1", "fakepkg-common", "fakepkg")
 
 # Prints what apt-get prints, and as much of it: a few hundred lines for one install.

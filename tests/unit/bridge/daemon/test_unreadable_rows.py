@@ -17,7 +17,7 @@ from bridge.core.records import KafkaRecord
 from bridge.daemon import EXIT_POISON, BridgeDaemon, build_daemon
 from bridge.kafka.testing import AcceptingTopicGuard, publisher_factory
 from bridge.migrate import upgrade
-from tests.unit.test_daemon_rewind import _wait, _watermark
+from tests.unit.bridge.daemon.test_rewind import _wait, _watermark
 
 pytestmark = pytest.mark.unit
 

@@ -31,7 +31,7 @@ from bridge.core.holes import SeqRange
 from bridge.core.watermark import AckTracker
 from bridge.errors import TransientStoreError
 from bridge.store.reader import Batch, TailReader, VisibleRows
-from tests.unit.never_skip_model import FAULT_POINTS, MODELS, Model, MssqlModel, PostgresModel
+from tests.unit.bridge.core.never_skip_model import FAULT_POINTS, MODELS, Model, MssqlModel, PostgresModel
 
 pytestmark = pytest.mark.unit
 

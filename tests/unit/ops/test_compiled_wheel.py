@@ -15,7 +15,7 @@ import pytest
 
 from bridge.compiled import MODULES
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture()

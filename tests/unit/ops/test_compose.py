@@ -14,7 +14,7 @@ import yaml
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMPOSE = ROOT / "docker-compose.yml"
 PROMETHEUS_CONFIG = ROOT / "ops" / "prometheus" / "prometheus.yml"
 BROKER_BOOTSTRAP = "kafka-1:9092,kafka-2:9092,kafka-3:9092"
