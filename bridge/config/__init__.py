@@ -25,6 +25,7 @@ from bridge.config.settings import (
     LogLevel,
     PoisonPolicy,
     ProducerValue,
+    RecordFormat,
     parse_duration,
     parse_start_from,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "PoisonPolicy",
     "ProducerSection",
     "ProducerValue",
+    "RecordFormat",
     "RetentionSection",
     "TopicSection",
     "is_legal_topic_name",

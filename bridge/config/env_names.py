@@ -24,6 +24,10 @@ ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType(
         "lease_timeout_s": "BRIDGE_LEASE_TIMEOUT_S",
         "poison_policy": "BRIDGE_POISON_POLICY",
         "dlq_topic": "BRIDGE_DLQ_TOPIC",
+        "record_format": "BRIDGE_RECORD_FORMAT",
+        "cloudevents_source": "BRIDGE_CLOUDEVENTS_SOURCE",
+        # The standard OpenTelemetry variable, read by the bridge as its own setting; the SDK reads the other OTEL_*.
+        "traces_exporter": "OTEL_TRACES_EXPORTER",
         "topic_partitions": "BRIDGE_TOPIC_PARTITIONS",
         "replication_factor": "BRIDGE_REPLICATION_FACTOR",
         "topic_retention": "BRIDGE_TOPIC_RETENTION",

@@ -195,6 +195,8 @@ _ACCEPTED_TEXT: Final[Mapping[str, str]] = MappingProxyType(
         "dead_letter_alert_after": "a positive number and a unit (s, m, h, d, w), e.g. 1h",
         "startup_alert_after": "a positive number and a unit (s, m, h, d, w), e.g. 5m",
         "start_from": "earliest (the oldest row still in the outbox) or a seq, e.g. 1201",
+        "cloudevents_source": "a URI-reference without spaces, e.g. urn:orders or https://shop.example/orders",
+        "traces_exporter": "none, or OpenTelemetry exporter names separated by commas: otlp, otlp_proto_http, console",
         "topic_retention": "forever (every record kept: retention.ms=-1), or a positive number and a unit "
                            "(s, m, h, d, w), e.g. 30d, 2w",
     }

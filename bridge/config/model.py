@@ -26,7 +26,7 @@ from bridge.config.sections import (
     RetentionSection,
     TopicSection,
 )
-from bridge.config.settings import BridgeSettings, parse_duration
+from bridge.config.settings import BridgeSettings, RecordFormat, parse_duration
 from bridge.config.templates import is_legal_topic_name, render_template, topic_pattern
 from bridge.kafka.client_security import SecurityProtocol, connection_settings, security_conflicts
 
@@ -108,6 +108,11 @@ class BridgeConfig(BridgeSettings):
                 f"renders {self.dlq_topic_name!r}, which Kafka refuses: a topic name is 1 to 249 "
                 "of [a-zA-Z0-9._-]"
             )
+        if self.cloudevents_source is not None and self.record_format is not RecordFormat.CLOUDEVENTS:
+            raise ValueError(
+                f"{env['cloudevents_source']} is set but {env['record_format']}={self.record_format.value}: only "
+                f"CloudEvents records carry a source; set {env['record_format']}=cloudevents, or unset it"
+            )
         if self.topic_for_pattern().fullmatch(self.dlq_topic_name):
             raise ValueError(
                 f"{env['dlq_topic']} renders {self.dlq_topic_name!r}, which is also an event topic of "
@@ -126,6 +131,19 @@ class BridgeConfig(BridgeSettings):
     def retention_period(self) -> timedelta | None:
         """`retention` as a timedelta, or None when rows are kept."""
         return parse_duration(self.retention) if self.retention else None
+
+    @property
+    def ce_source(self) -> str:
+        """`ce_source` of the cloudevents format: the setting, else derived from the bridge name."""
+        return self.cloudevents_source or f"urn:outbox-bridge:{self.bridge_name}"
+
+    @property
+    def trace_exporters(self) -> tuple[str, ...]:
+        """The OpenTelemetry exporters of the bridge's publish spans; none (tracing off) unless
+        OTEL_TRACES_EXPORTER names one."""
+        if self.traces_exporter is None or self.traces_exporter == "none":
+            return ()
+        return tuple(self.traces_exporter.split(","))
 
     @property
     def dlq_topic_name(self) -> str:
@@ -189,6 +207,8 @@ class BridgeConfig(BridgeSettings):
             allow_single_broker=self.allow_single_broker,
             retention_ms=self.topic_retention_ms,
             outbox_retention=self.retention_period,
+            record_format=self.record_format,
+            cloudevents_source=self.ce_source,
         )
 
     @cached_property

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from bridge.config.masking import mask_url
-from bridge.config.settings import Compression, PoisonPolicy, ProducerValue
+from bridge.config.settings import Compression, PoisonPolicy, ProducerValue, RecordFormat
 from bridge.config.templates import is_legal_topic_name, render_template
 from bridge.kafka.producer_settings import ProducerSettings, producer_settings
 from bridge.kafka.topics import TopicPolicy
@@ -96,7 +96,7 @@ class ProducerSection:
 
 @dataclass(frozen=True, slots=True)
 class TopicSection:
-    """Which topic each event goes to, and how the bridge creates and checks topics."""
+    """Which topic each event goes to, in which record format, and how the bridge creates and checks topics."""
 
     bootstrap_servers: str
     topic_template: str
@@ -108,6 +108,9 @@ class TopicSection:
     allow_single_broker: bool
     retention_ms: int  # of topics it creates; -1 keeps every record
     outbox_retention: timedelta | None  # BRIDGE_RETENTION, named in the topics' history findings
+    record_format: RecordFormat = RecordFormat.PLAIN
+    #: `ce_source` of every record in the cloudevents format.
+    cloudevents_source: str = ""
 
     def policy(self) -> TopicPolicy:
         """What the topic guard creates and checks topics against."""

@@ -37,6 +37,14 @@ class PoisonPolicy(StrEnum):
     DEAD_LETTER = "dead-letter"
 
 
+class RecordFormat(StrEnum):
+    """How an event becomes a Kafka record: the design's own format, or CloudEvents 1.0 in binary content mode
+    (the same key, value and headers, plus the event's `ce_` attributes and `content-type`)."""
+
+    PLAIN = "plain"
+    CLOUDEVENTS = "cloudevents"
+
+
 class Compression(StrEnum):
     """Producer compression codecs (librdkafka `compression.type`)."""
 
@@ -56,6 +64,9 @@ class LogLevel(AnyCaseStrEnum):
     ERROR = "ERROR"
     CRITICAL = "CRITICAL"
 
+
+#: An OpenTelemetry exporter name, as `OTEL_TRACES_EXPORTER` lists them (`otlp`, `console`, `otlp_proto_http`).
+_EXPORTER_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 _DURATION: Final = re.compile(r"^(\d+)([smhdw])$")
 _DURATION_UNITS: Final = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -142,6 +153,14 @@ class BridgeSettings(LayeredSettings):
         default="5m", description="alert when an instance has been starting this long without standing by or leading"
     )
     dlq_topic: str = Field(default="outbox.dlq.{bridge_name}", description="dead-letter topic")
+    record_format: RecordFormat = Field(default=RecordFormat.PLAIN, description="plain or cloudevents (binary mode)")
+    cloudevents_source: str | None = Field(
+        default=None, description="ce_source of every record (cloudevents); unset: urn:outbox-bridge:<bridge name>"
+    )
+    traces_exporter: str | None = Field(
+        default=None,
+        description="OpenTelemetry exporters of the bridge's publish spans (otlp, console, ...); unset or none: off",
+    )
     topic_partitions: int = Field(default=6, ge=1, le=10_000, description="partitions of topics it creates")
     replication_factor: int = Field(default=3, ge=1, le=32, description="replicas of topics it creates")
     topic_retention: str = Field(
@@ -220,6 +239,26 @@ class BridgeSettings(LayeredSettings):
         if parse_duration(value).total_seconds() == 0:  # ValueError names the value and the accepted forms
             raise ValueError(f"{value!r} would delete every record at once; use forever, or e.g. 30d")
         return value
+
+    @field_validator("cloudevents_source")
+    @classmethod
+    def _source_is_a_uri_reference(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        # A URI-reference (RFC 3986) has no spaces or control characters; anything finer is the consumers' call.
+        if not value or any(c.isspace() or not c.isprintable() for c in value):
+            raise ValueError("must be a URI-reference without spaces, e.g. urn:orders or https://shop.example/orders")
+        return value
+
+    @field_validator("traces_exporter")
+    @classmethod
+    def _exporters_are_named(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        names = [name.strip().lower() for name in value.split(",")]
+        if not all(_EXPORTER_NAME.fullmatch(name) for name in names) or ("none" in names and len(names) > 1):
+            raise ValueError("expected none, or a comma-separated list of exporter names")
+        return ",".join(names)
 
     @field_validator("bootstrap_servers")
     @classmethod
