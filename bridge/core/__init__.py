@@ -5,7 +5,8 @@
 - `watermark`: the ack tracker (`AckTracker`), the one cursor: every seq is either tracked as sent
   or settled as a hole the reader reported, and the low watermark is what is safe to persist.
 - `json_text`: the one verdict on JSON text (`parse_json`), shared by the writer and the bridge.
-- `records`: an outbox row (`OutboxRow`) and its Kafka record (`build_record`, `dead_letter_record`).
+- `records`: an outbox row (`OutboxRow`) and its Kafka record (`build_record`, `dead_letter_record`);
+  `cloudevents`: the same record as a CloudEvent in binary content mode (`build_cloudevent`).
 - `late`: holes settled earlier, remembered so a row that appears in one is found (`SettledHoles`).
 - `refusals`: the state machine for records Kafka refuses (suspects sent alone, culprits to the policy).
 """

@@ -153,14 +153,18 @@ def build_record(
         extra = _row_headers(row)
         headers.extend(extra)
         size += sum(len(name) + len(header) for name, header in extra)
-    record = _new_record(KafkaRecord, (row.seq, topic, key, value, headers, size))
     if size > max_message_bytes:
-        raise PoisonEventError(
-            row.seq,
-            f"record is {record.size} bytes, over the {max_message_bytes}-byte limit of topic {topic} "
-            "(raise the topic's max.message.bytes and the producer's message.max.bytes, or shrink the event)",
-        )
-    return record
+        raise too_large(row.seq, size, max_message_bytes, topic)
+    return _new_record(KafkaRecord, (row.seq, topic, key, value, headers, size))
+
+
+def too_large(seq: int, size: int, max_message_bytes: int, topic: str) -> PoisonEventError:
+    """The refusal of a record of `size` bytes over its topic's limit."""
+    return PoisonEventError(
+        seq,
+        f"record is {size} bytes, over the {max_message_bytes}-byte limit of topic {topic} "
+        "(raise the topic's max.message.bytes and the producer's message.max.bytes, or shrink the event)",
+    )
 
 
 def _row_headers(row: OutboxRow) -> list[tuple[str, bytes]]:
