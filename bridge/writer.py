@@ -5,7 +5,9 @@
         append(conn, [OutboxEvent(aggregate_type="order", aggregate_id="42",
                                   event_type="OrderPlaced", payload={"total": 10})])
 
-Nothing here commits: the events become visible with the business change, or not at all.
+Nothing here commits: the events become visible with the business change, or not at all. Appended inside an
+active OpenTelemetry span, each event carries that span's W3C trace context (`traceparent`, `tracestate`) as
+headers, unless it carries its own, so the trace continues through the bridge to its consumers.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from bridge.core.json_text import NotJsonError, parse_json
 from bridge.errors import DuplicateEventError, InvalidEventError
 from bridge.schema import EVENT_ID_UNIQUE, UtcTimestamp, domain_events, utc_now
 from bridge.store.failures import store_error
+from bridge.tracing.context import TRACEPARENT, TRACESTATE, active_trace_headers
 
 #: Kafka header names the bridge sets itself from the row's columns; a row header may not reuse them.
 RESERVED_HEADERS: Final = frozenset({"event_id", "event_type", "aggregate_type", "seq", "occurred_at"})
@@ -143,15 +146,18 @@ class OutboxEvent:
             raise InvalidEventError(f"event {label}: schema_version must be an int >= 1, got {schema_version!r}")
         object.__setattr__(self, "schema_version", schema_version)
 
-    def row(self) -> dict[str, Any]:
-        """The INSERT parameters for this event."""
+    def row(self, trace: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The INSERT parameters for this event, with the `trace` context headers unless it has its own."""
+        headers = self._headers_json
+        if trace is not None and not (self.headers and (TRACEPARENT in self.headers or TRACESTATE in self.headers)):
+            headers = json.dumps({**(self.headers or {}), **trace}, separators=(",", ":"), ensure_ascii=False)
         return {
             "event_id": self.event_id,
             "aggregate_type": self.aggregate_type,
             "aggregate_id": self.aggregate_id,
             "event_type": self.event_type,
             "payload": self.payload,
-            "headers": self._headers_json,
+            "headers": headers,
             "schema_version": self.schema_version,
             "given_occurred_at": self.occurred_at,
         }
@@ -173,10 +179,10 @@ def _connection(target: Connection | Session) -> Connection:
 
 
 def append(target: Connection | Session, events: Iterable[OutboxEvent]) -> None:
-    """Insert `events`, in order, in the transaction of `target` (a `Connection` or ORM `Session`);
-    the caller commits. On `DuplicateEventError` roll the transaction back: PostgreSQL has already
-    aborted it, SQL Server has rolled it back (the error is raised inside the outbox trigger), and
-    SQLite may hold the part of the batch inserted before the duplicate."""
+    """Insert `events`, in order, in the transaction of `target` (a `Connection` or ORM `Session`), each with the
+    active span's trace context unless it has its own; the caller commits. On `DuplicateEventError` roll the
+    transaction back: PostgreSQL has already aborted it, SQL Server has rolled it back (the error is raised inside
+    the outbox trigger), and SQLite may hold the part of the batch inserted before the duplicate."""
     batch = list(events)
     for event in batch:
         if not isinstance(event, OutboxEvent):
@@ -187,7 +193,8 @@ def append(target: Connection | Session, events: Iterable[OutboxEvent]) -> None:
     if repeated:
         raise DuplicateEventError(f"event_id repeated within one append: {', '.join(repeated)}")
     conn = _connection(target)
-    rows = [event.row() for event in batch]
+    trace = active_trace_headers()  # the transaction's span, the same for every event of the batch
+    rows = [event.row(trace) for event in batch]
     try:
         if conn.dialect.name == "mssql":
             # One statement per event. The INSTEAD OF INSERT trigger numbers the rows of one statement
