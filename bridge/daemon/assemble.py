@@ -1,9 +1,10 @@
 """Wire a `BridgeDaemon` from the configuration: the one place the daemon's collaborators are built.
 
-Each collaborator gets the section it uses: the engine the database section, the producer the producer
-section (`as_librdkafka_dict()`), the topic guard and the poison gate the topic section, the loop its
-own. Tests that want other collaborators (an in-memory publisher, a topic guard that accepts
-everything, a reader over a fault proxy) pass them here, or build `BridgeDaemon` directly.
+Each collaborator gets the section it uses: the engine the database section, the producer the producer section
+(`as_librdkafka_dict()`), the topic guard and the poison gate the topic section, the loop its own. With tracing on
+(`OTEL_TRACES_EXPORTER`), the producer is a `TracedPublisher`. Tests that want other collaborators (an in-memory
+publisher, a topic guard that accepts everything, a reader over a fault proxy) pass them here, or build
+`BridgeDaemon` directly.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
@@ -49,14 +51,21 @@ def build_daemon(
     instance_id: str | None = None,
     engine: Engine | None = None,
     reader_factory: Callable[[Engine], OutboxReader] = make_reader,
+    tracer_provider: Any = None,
 ) -> BridgeDaemon:
-    """The daemon for `config`, with real collaborators unless others are given."""
+    """The daemon for `config`, with real collaborators unless others are given. `tracer_provider` (an OpenTelemetry
+    SDK `TracerProvider`) turns the publish spans on with it instead of one made from the `OTEL_*` variables."""
     database = config.database
     topics = config.topics
     engine = engine or make_engine(database.url_text)
     instance_id = instance_id or new_instance_id()
     conf = config.producer.as_librdkafka_dict()  # refuses unsafe extras now, before anything starts
     make_publisher = publisher_factory or KafkaPublisher
+    finish_tracing: Callable[[], object] = _nothing
+    if publisher_factory is None:
+        traced = _traced_publisher(config, tracer_provider, str(conf.get("client.id", "")))
+        if traced is not None:
+            make_publisher, finish_tracing = traced
     client_conf = config.kafka.client_conf()
     guard = topic_guard or TopicGuard(client_conf, topics.policy())
 
@@ -111,9 +120,38 @@ def build_daemon(
         producer_limit=producer_limit(config.producer_extra),
         metrics=metrics,
         instance_id=instance_id,
-        on_exit=engine.dispose,
+        on_exit=lambda: _finish(engine, finish_tracing),
         instances=InstanceBoard(engine, database.bridge_name, instance_id),
         # For the refusal messages (principal, bootstrap, CA): no need to hold the password there.
         kafka_conf={k: v for k, v in client_conf.items() if k != "sasl.password"},
         outbox=database.masked_url,
     )
+
+
+def _nothing() -> None:
+    return None
+
+
+def _finish(engine: Engine, finish_tracing: Callable[[], object]) -> None:
+    engine.dispose()
+    finish_tracing()  # exports the spans still batched
+
+
+def _traced_publisher(config: BridgeConfig, provider: Any,
+                      client_id: str) -> tuple[PublisherFactory, Callable[[], object]] | None:
+    """The publisher that sends in publish spans, and what exports the last spans at exit; None when tracing is off.
+    The SDK is imported only here, so a bridge without tracing never loads it."""
+    own = provider is None
+    if own:
+        if not config.trace_exporters:
+            return None
+        from bridge.tracing.provider import tracer_provider
+
+        provider = tracer_provider(config.trace_exporters, config.bridge_name)
+    from bridge.kafka.traced_publisher import TracedPublisher
+    from bridge.tracing.spans import PublishSpans
+
+    spans = PublishSpans(provider.get_tracer("outbox-bridge"), client_id)
+    log.info("tracing: a publish span for each event whose row carries a sampled trace context",
+             extra={"exporters": list(config.trace_exporters) or "given"})
+    return partial(TracedPublisher, spans), provider.shutdown if own else provider.force_flush
