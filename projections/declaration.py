@@ -17,7 +17,7 @@ from pyspark.sql.types import StructField, StructType
 
 from projections.errors import DeclarationError
 from projections.kind import Kind
-from projections.payload import DEFAULT_KEY, RESERVED_COLUMNS, PayloadSchema, ResolvedPayload, as_struct
+from projections.payload import DEFAULT_KEY, RESERVED_COLUMNS, TRACE_ID, PayloadSchema, ResolvedPayload, as_struct
 
 # Kafka source options the runner owns: a declaration may not change where reading starts or how loss
 # is handled.
@@ -47,7 +47,9 @@ class Projection:
     `event_types` maps each handled event type to its payload schema; an empty mapping handles every event
     type without parsing payloads. `key` is the table's key column: `aggregate_id` (the Kafka key) or a
     payload field every handled event type declares. `options` are extra Kafka source options (`kafka.*`,
-    `minPartitions`).
+    `minPartitions`). `trace_id` adds the column `trace_id`: the trace id in the `traceparent` header of the event
+    that last changed the row (null for an event written outside a trace), for the kinds whose rows each come
+    from one event (`latest_state`, `history`, `event_log`).
     """
 
     name: str
@@ -59,6 +61,7 @@ class Projection:
     key: str = DEFAULT_KEY
     options: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
+    trace_id: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "event_types", MappingProxyType(dict(self.event_types)))
@@ -93,6 +96,11 @@ class Projection:
                     f"projection {self.name}: key field {self.key!r} must be declared by every event type "
                     f"(missing in {lacking or 'an undeclared payload'}); or use the default key aggregate_id"
                 )
+        if self.trace_id and not self.kind.keeps_trace_id:
+            raise DeclarationError(
+                f"projection {self.name}: trace_id is kept only by kinds whose rows each come from one event "
+                f"(latest_state, history, event_log), not by {self.kind.name}"
+            )
         self.kind.validate(self)
 
     @property
@@ -124,11 +132,11 @@ class Projection:
         columns: dict[str, StructField] = {}
         for event_type, schema in by_type.items():
             for f in schema.fields:
-                if f.name in RESERVED_COLUMNS or f.name.startswith("_"):
+                if f.name in RESERVED_COLUMNS or f.name.startswith("_") or (self.trace_id and f.name == TRACE_ID):
                     raise DeclarationError(
                         f"projection {self.name}: payload field {f.name!r} of {event_type} collides with "
                         f"a column the framework adds ({', '.join(sorted(RESERVED_COLUMNS))}, "
-                        "or a leading underscore)"
+                        f"{TRACE_ID} when kept, or a leading underscore)"
                     )
                 seen = columns.get(f.name)
                 if seen is not None and seen.dataType != f.dataType:

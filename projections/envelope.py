@@ -1,5 +1,9 @@
 """From Kafka records to events: the envelope from the key and headers, the payload parsed per event type.
 
+Both record formats of the bridge read the same: a CloudEvents record (`BRIDGE_RECORD_FORMAT=cloudevents`) carries
+the plain format's headers too, and its CloudEvents attributes, which say nothing those do not, are left out of
+`headers`.
+
 `decode` keeps every record and says, per record, whether the projection handles it (`_relevant`) and
 what is wrong with it (`_error`, null when nothing is). The batch applier sends relevant records with an
 error to quarantine and the rest of the relevant ones to the projection's kind.
@@ -14,9 +18,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from projections.declaration import Projection
-from projections.payload import DEFAULT_KEY, ResolvedPayload
+from projections.payload import DEFAULT_KEY, TRACE_ID, ResolvedPayload
 
 STANDARD_HEADERS: Final = ("event_id", "event_type", "aggregate_type", "seq", "occurred_at")
+#: The headers the cloudevents format adds (`bridge.core.cloudevents`): its records are those with `ce_specversion`.
+CLOUDEVENTS_HEADERS: Final = ("ce_specversion", "ce_id", "ce_source", "ce_type", "ce_time", "ce_subject",
+                              "content-type")
+# A version-00 traceparent's trace id; a malformed one, or the all-zero (invalid) id, gives no trace id.
+_TRACE_ID: Final = "^00-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$"
 ERROR: Final = "_error"
 RELEVANT: Final = "_relevant"
 _CORRUPT: Final = "_corrupt_record"
@@ -46,8 +55,13 @@ def _header(name: str) -> Column:
     return F.expr(f"try_element_at(filter(headers, h -> h.key = '{name}'), -1).value").cast("string")
 
 
+def _quoted(names: tuple[str, ...]) -> str:
+    return ", ".join(f"'{name}'" for name in names)
+
+
 def _envelope(raw: DataFrame) -> DataFrame:
-    standard = ", ".join(f"'{h}'" for h in STANDARD_HEADERS)
+    standard = _quoted(STANDARD_HEADERS)
+    cloudevent = "exists(coalesce(headers, array()), h -> h.key = 'ce_specversion')"
     return (
         raw.select(
             F.col("topic"),
@@ -61,7 +75,8 @@ def _envelope(raw: DataFrame) -> DataFrame:
             _header("seq").alias("seq_text"),
             _header("occurred_at").alias("occurred_at_text"),
             F.expr(
-                f"transform(filter(coalesce(headers, array()), h -> h.key NOT IN ({standard})), "
+                f"transform(filter(coalesce(headers, array()), h -> h.key NOT IN ({standard}) AND NOT "
+                f"({cloudevent} AND h.key IN ({_quoted(CLOUDEVENTS_HEADERS)}))), "
                 "h -> named_struct('key', h.key, 'value', CAST(h.value AS STRING)))"
             ).alias("headers"),
             F.col("value").cast("string").alias("payload"),
@@ -107,6 +122,9 @@ def decode(raw: DataFrame, projection: Projection, payload: ResolvedPayload) -> 
         relevant = F.lit(True)
     else:
         relevant = F.col("event_type").isNull() | F.col("event_type").isin(types)
+    if projection.trace_id:
+        trace_id = F.regexp_extract(_header("traceparent"), _TRACE_ID, 1)
+        frame = frame.withColumn(TRACE_ID, F.when(~trace_id.isin("", "0" * 32), trace_id))
     frame = frame.withColumn(RELEVANT, relevant)
     frame = frame.withColumn(ERROR, _error(projection, payload, parsed))
     return frame.drop(*parsed.values())

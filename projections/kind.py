@@ -41,6 +41,10 @@ class Declaration(Protocol):
     @property
     def handles_every_type(self) -> bool: ...
 
+    @property
+    def trace_id(self) -> bool:
+        """Whether the table keeps the trace id of the event behind each row (`projections.payload.TRACE_ID`)."""
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -81,6 +85,9 @@ class Kind(ABC):
     #: The applier then guesses the range's low end before it reads the batch (`projections.applier.FromGuess`),
     #: applies the events from there in one pass counted by the observation, and the rest, if any, in a second.
     range_only_prunes: ClassVar[bool] = False
+    #: True when each row of the table comes from one event (the latest of its key, or its own), whose trace id a
+    #: declaration may keep on it (`Declaration.trace_id`).
+    keeps_trace_id: ClassVar[bool] = False
 
     @property
     def reads_batches_once(self) -> bool:

@@ -17,6 +17,9 @@ from projections.errors import DeclarationError
 PayloadSchema = StructType | str
 
 DEFAULT_KEY: Final = "aggregate_id"
+#: The optional column a declaration turns on (`Projection.trace_id`): the trace id of the event that last changed
+#: the row, from its record's W3C `traceparent` header, so a row can be traced back to the write.
+TRACE_ID: Final = "trace_id"
 
 # Columns the framework derives from the Kafka record and its headers; payload fields may not reuse them.
 ENVELOPE_COLUMNS: Final = (

@@ -17,7 +17,7 @@ from projections.horizon import DedupHorizon, Floor
 from projections.kind import Batch
 from projections.lake import Lake
 from projections.observed import bad, valid
-from projections.payload import ResolvedPayload
+from projections.payload import TRACE_ID, ResolvedPayload
 from projections.progress import Progress
 from projections.quarantine import set_aside
 from projections.txn import Txn
@@ -48,7 +48,8 @@ class Steps:
 
     def events(self, decoded: DataFrame) -> DataFrame:
         """The records to apply, as the kinds read them: envelope and payload columns of the valid ones."""
-        return decoded.where(valid()).select(*_EVENT_COLUMNS, *self.payload.columns.fieldNames())
+        kept = [TRACE_ID] if self.projection.trace_id else []
+        return decoded.where(valid()).select(*_EVENT_COLUMNS, *kept, *self.payload.columns.fieldNames())
 
     def batch(self, session: Any, txn: Txn, events: DataFrame, seq_range: tuple[int, int] | None) -> Batch:
         return Batch(

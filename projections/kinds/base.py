@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
 from projections.kind import Batch, Declaration
-from projections.payload import DEFAULT_KEY, ResolvedPayload
+from projections.payload import DEFAULT_KEY, TRACE_ID, ResolvedPayload
 
 # No compaction inside each micro-batch's commit (it made every batch slower on local[2]; B5 in
 # docs/BENCHMARKS.md): small files are compacted by `outbox-projections maintain` (OPTIMIZE) instead.
@@ -34,14 +34,22 @@ def value_fields(projection: Declaration, payload: ResolvedPayload) -> list[Stru
     return [f for f in payload.columns.fields if f.name != projection.key]
 
 
+def trace_id_field() -> StructField:
+    """The trace id column a declaration may turn on: null for an event written outside a trace."""
+    return StructField(TRACE_ID, StringType(), True)
+
+
 def ensure_table(session: SparkSession, path: str, schema: StructType, comment: str) -> None:
-    """Create the Delta table at `path` unless it exists (a changed declaration needs a new table)."""
+    """Create the Delta table at `path` unless it exists (a changed declaration needs a new table, except for the
+    trace id column: turned on for an existing table, it is added, null in the rows written before)."""
     from delta.tables import DeltaTable
 
     builder = DeltaTable.createIfNotExists(session).location(path).addColumns(schema).comment(comment)
     for key, value in TABLE_PROPERTIES.items():
         builder = builder.property(key, value)
     builder.execute()
+    if TRACE_ID in schema.fieldNames() and TRACE_ID not in session.read.format("delta").load(path).columns:
+        session.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({TRACE_ID} STRING)")
 
 
 def highest_seq(session: SparkSession, path: str) -> int | None:

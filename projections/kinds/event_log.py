@@ -16,7 +16,7 @@ from pyspark.sql.types import ArrayType, LongType, StringType, StructField, Stru
 
 from projections.horizon import DEFAULT_DEDUP_HORIZON, DedupHorizon
 from projections.kind import Batch, Declaration, Kind
-from projections.kinds.base import insert_new
+from projections.kinds.base import insert_new, trace_id_field
 from projections.payload import DEFAULT_KEY, ResolvedPayload
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", StringType())]))
@@ -38,6 +38,7 @@ class EventLog(Kind):
     """Append-only log of distinct events: MERGE on event_id, insert when not matched."""
 
     name = "event_log"
+    keeps_trace_id = True  # of each row's own event
     lost_by_a_later_start = "every event before it"
     horizon: DedupHorizon = DEFAULT_DEDUP_HORIZON
     range_only_prunes = True  # the seq range only picks which of the log's files the MERGE compares with
@@ -50,6 +51,7 @@ class EventLog(Kind):
         return StructType(
             [
                 *envelope_fields(),
+                *([trace_id_field()] if projection.trace_id else []),
                 *fields,
                 StructField("payload", StringType(), True),
                 StructField("headers", HEADERS_TYPE, True),

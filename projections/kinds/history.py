@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
 
 from projections.kind import Batch, Declaration, Kind
-from projections.kinds.base import key_field, value_fields
+from projections.kinds.base import key_field, trace_id_field, value_fields
 from projections.kinds.latest_state import validate_deletes
 from projections.kinds.touched import target_key, touched_keys
 from projections.payload import DEFAULT_KEY, ResolvedPayload
@@ -28,6 +28,7 @@ class History(Kind):
     """Versions per key with valid_from/valid_to seq and time; `is_current` marks the latest version."""
 
     name = "history"
+    keeps_trace_id = True  # of each version's event
     lost_by_a_later_start = "every version before it, and every key not changed since then"
     deletes: frozenset[str] = field(default_factory=frozenset)
 
@@ -46,6 +47,7 @@ class History(Kind):
                 *extra,
                 StructField("event_id", StringType(), False),
                 StructField("event_type", StringType(), False),
+                *([trace_id_field()] if projection.trace_id else []),
                 StructField("valid_from_seq", LongType(), False),
                 StructField("valid_to_seq", LongType(), True),
                 StructField("valid_from", TimestampType(), False),

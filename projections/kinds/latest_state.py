@@ -33,7 +33,7 @@ from pyspark.sql.types import (
 
 from projections.errors import DeclarationError
 from projections.kind import Batch, Declaration, Kind
-from projections.kinds.base import key_field, value_fields
+from projections.kinds.base import key_field, trace_id_field, value_fields
 from projections.payload import DEFAULT_KEY, ResolvedPayload
 
 if TYPE_CHECKING:
@@ -41,14 +41,16 @@ if TYPE_CHECKING:
 
 
 def metadata_fields(projection: Declaration) -> list[StructField]:
-    """The latest event's identity, carried on each row."""
+    """The latest event's identity, carried on each row (with its trace id, when the declaration keeps it)."""
     extra = [StructField("aggregate_id", StringType(), True)] if projection.key != DEFAULT_KEY else []
+    traced = [trace_id_field()] if projection.trace_id else []
     return [
         *extra,
         StructField("event_id", StringType(), False),
         StructField("event_type", StringType(), False),
         StructField("seq", LongType(), False),
         StructField("occurred_at", TimestampType(), False),
+        *traced,
     ]
 
 
@@ -66,6 +68,7 @@ class LatestState(Kind):
     """One row per key, the newest event wins; deletes leave tombstones purged after `tombstone_retention`."""
 
     name = "latest_state"
+    keeps_trace_id = True  # of the latest event, which the row shows
     counts_while_applying = True  # one MERGE, whose source (the newest event per key) is the only read
     lost_by_a_later_start = "every key not changed since then, and the columns carried forward from before it"
     deletes: frozenset[str] = field(default_factory=frozenset)
