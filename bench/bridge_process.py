@@ -74,11 +74,12 @@ def bridge_env(db_url: str, bootstrap: str, name: str, topic_template: str, repl
 
 
 def child_environ(settings: Mapping[str, str]) -> dict[str, str]:
-    """The environment for a child process: the harness's own, minus any BRIDGE_*/OUTBOX_*/KAFKA_* variable
-    that would leak in, plus `settings`; `bench` importable. In a run with the installed wheel (`INSTALLED`) only
-    `bench` is added to the path, not the checkout's root, so its `bridge` cannot shadow the installed one."""
+    """The environment for a child process: the harness's own, minus any BRIDGE_*/OUTBOX_*/KAFKA_*/OTEL_* variable
+    that would leak in (OTEL_TRACES_EXPORTER would turn tracing on), plus `settings`; `bench` importable. In a run
+    with the installed wheel (`INSTALLED`) only `bench` is added to the path, not the checkout's root, so its `bridge`
+    cannot shadow the installed one."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("BRIDGE_", "OUTBOX_", "KAFKA_")) and k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+           if not k.startswith(("BRIDGE_", "OUTBOX_", "KAFKA_", "OTEL_")) and k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
     if INSTALLED is not None:
         env["PYTHONPATH"] = str(INSTALLED.bench_path)
         env["PYTHONSAFEPATH"] = "1"  # `python -m` would put the working directory (the checkout) first otherwise

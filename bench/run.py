@@ -33,6 +33,7 @@ REPORT = ROOT / "docs" / "BENCHMARKS.md"
 BENCHMARKS: dict[str, str] = {
     "B1": "bench.b1_throughput",
     "B1-tuning": "bench.b1_tuning",
+    "B1-tracing": "bench.b1_tracing",
     "B7": "bench.b7_memory",
     "B2": "bench.b2_sqlite",
     "B3": "bench.b3_latency",

@@ -30,6 +30,17 @@ class Workload:
     prefix: str = "e"
     keys: int = 10_000
     payload_bytes: int = PAYLOAD_BYTES
+    #: Every row written in a sampled trace: a W3C `traceparent` in its headers (each event its own trace), as
+    #: `bridge.writer` records it inside an active span.
+    traced: bool = False
+
+    @property
+    def columns(self) -> str:
+        """The columns `rows` gives, as the loaders name them."""
+        return f"{_COLUMNS}, headers" if self.traced else _COLUMNS
+
+    def headers(self, i: int) -> str:
+        return f'{{"traceparent":"00-{i + 1:032x}-{i + 1:016x}-01"}}'
 
     def event_id(self, i: int) -> str:
         return f"{self.prefix}-{i:010d}"
@@ -45,9 +56,9 @@ class Workload:
     def row(self, i: int) -> tuple[str, str, str, str, str]:
         return (self.event_id(i), AGGREGATE_TYPE, self.aggregate_id(i), EVENT_TYPE, self.payload(i))
 
-    def rows(self, start: int, count: int) -> Iterator[tuple[str, str, str, str, str]]:
+    def rows(self, start: int, count: int) -> Iterator[tuple[str, ...]]:
         for i in range(start, start + count):
-            yield self.row(i)
+            yield (*self.row(i), self.headers(i)) if self.traced else self.row(i)
 
     def kafka_record(self, i: int, seq: int, occurred_at: str) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
         """The (key, value, headers) the bridge would publish for event i, as the ceiling sends it."""
@@ -83,7 +94,7 @@ def load_postgres(dsn: str, workload: Workload, count: int, start: int = 0, chun
     with psycopg.connect(dsn) as conn:
         for offset in range(start, start + count, chunk):
             n = min(chunk, start + count - offset)
-            with conn.cursor() as cur, cur.copy(f"COPY domain_events ({_COLUMNS}) FROM STDIN") as copy:
+            with conn.cursor() as cur, cur.copy(f"COPY domain_events ({workload.columns}) FROM STDIN") as copy:
                 buffer: list[str] = []
                 for row in workload.rows(offset, n):
                     buffer.append("\t".join(row))
@@ -105,7 +116,8 @@ def load_sqlite(path: str, workload: Workload, count: int, start: int = 0) -> fl
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         with conn:
-            conn.executemany(f"INSERT INTO domain_events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+            marks = ", ".join("?" * len(workload.columns.split(",")))
+            conn.executemany(f"INSERT INTO domain_events ({workload.columns}) VALUES ({marks})",
                              workload.rows(start, count))
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:

@@ -1,5 +1,5 @@
 """B1's rows of the summary and its section: the PostgreSQL backlog drained beside the bare producer (the
-ceiling) and the bare read-and-produce loop, with the tuning tried and the bridge's profile."""
+ceiling) and the bare read-and-produce loop, with the tuning tried, tracing off and on, and the bridge's profile."""
 
 from __future__ import annotations
 
@@ -119,6 +119,7 @@ def section(results: dict[str, Any], plots: Plots) -> str:
     lines.append(plots.link("throughput", "bridge vs ceiling"))
     lines.append(plots.link("b1_timeline", "records acknowledged over time"))
     lines += _tuning(bench.get("B1-tuning"), plots)
+    lines += _tracing(bench.get("B1-tracing"))
     lines += _profile(b1.get("profile"))
     return "\n".join(lines) + "\n"
 
@@ -144,6 +145,27 @@ def _tuning(tuning: dict[str, Any] | None, plots: Plots) -> list[str]:
             lines.append(f"| {name} | {settings_text} | {num(row['bridge_events_per_s'])}{spread_text} | "
                          f"{num(row['ceiling_events_per_s'])} | {row['fraction_of_ceiling']:.0%} |")
         lines.append(plots.link("tuning", "tuning sweep"))
+    return lines
+
+
+def _tracing(tracing: dict[str, Any] | None) -> list[str]:
+    """B1-tracing: the publish spans off and on (`bench/b1_tracing.py`)."""
+    if not tracing or problem(tracing) or not tracing.get("variants"):
+        return []
+    lines = [
+        "### Tracing",
+        "",
+        f"The bridge with its publish spans off and on (`bench/b1_tracing.py`), {tracing['events_per_variant']:,} "
+        f"events each, 1 broker, {tracing.get('rounds', 1)} rounds round-robin (mean, and the range of the rounds); "
+        "spans exported over OTLP/HTTP to a sink in the harness.",
+        "",
+        "| variant | bridge events/s (range) | of tracing off | spans exported per round |",
+        "|---|---|---|---|",
+    ]
+    for name, row in tracing["variants"].items():
+        low, high = row["bridge_range"]
+        lines.append(f"| {name} | {num(row['bridge_events_per_s'])} ({num(low)} to {num(high)}) | "
+                     f"{row['fraction_of_tracing_off']:.0%} | {', '.join(num(n) for n in row['spans_exported'])} |")
     return lines
 
 
