@@ -34,6 +34,9 @@ from opentelemetry.trace import (
 from bridge.core.records import KafkaRecord
 from bridge.tracing.context import TRACEPARENT, TRACESTATE, format_traceparent, parse_traceparent
 
+#: Every record starts with the five headers of the design's format (`build_record`); a row's own come after them.
+_FIXED_HEADERS: Final = 5
+_ODD: Final = frozenset(b"13579bdf")  # as byte values
 #: The attributes of the messaging semantic conventions every publish span has.
 _MESSAGING: Final = {
     "messaging.system": "kafka",
@@ -57,15 +60,20 @@ class PublishSpans:
         headers = record.headers
         at = -1
         state = b""
-        for index, (name, value) in enumerate(headers):
+        for index in range(_FIXED_HEADERS, len(headers)):  # the row's own headers follow the record's fixed ones
+            name = headers[index][0]
             if name == TRACEPARENT:
                 at = index
             elif name == TRACESTATE:
-                state = value
+                state = headers[index][1]
         if at < 0:
             return None
-        writer = parse_traceparent(headers[at][1])
-        if writer is None or not writer.sampled:
+        value = headers[at][1]
+        # The flags' last hex digit is odd when the writer sampled: an unsampled context is not even parsed.
+        if not value or value[-1] not in _ODD:
+            return None
+        writer = parse_traceparent(value)
+        if writer is None:
             return None
         parent = SpanContext(writer.trace_id, writer.span_id, is_remote=True, trace_flags=TraceFlags(writer.flags),
                              trace_state=TraceState.from_header([state.decode(errors="replace")]) if state else None)
@@ -93,8 +101,7 @@ class PublishSpans:
     @staticmethod
     def acknowledged(span: Span, partition: int, offset: int) -> None:
         """The broker appended the record at `offset` of `partition`."""
-        span.set_attribute("messaging.destination.partition.id", str(partition))
-        span.set_attribute("messaging.kafka.offset", offset)
+        span.set_attributes({"messaging.destination.partition.id": str(partition), "messaging.kafka.offset": offset})
         span.end()
 
     @staticmethod

@@ -91,12 +91,21 @@ def test_a_sampled_writer_context_gets_a_child_publish_span_that_the_record_carr
 
 
 @pytest.mark.parametrize("headers", [None, '{"tenant": "t"}', f'{{"traceparent": "{_traceparent("00")}"}}',
-                                     '{"traceparent": "not a traceparent"}'])
+                                     f'{{"traceparent": "{_traceparent("02")}"}}',  # random ids, not sampled
+                                     '{"traceparent": "not a traceparent"}', '{"traceparent": ""}',
+                                     '{"traceparent": "not a traceparent, flags 01"}'])
 def test_a_row_without_a_sampled_context_is_sent_as_it_is_without_a_span(
     spans: PublishSpans, exported: InMemorySpanExporter, headers: str | None
 ) -> None:
     assert spans.start(_record(headers)) is None
     assert exported.get_finished_spans() == ()
+
+
+def test_any_odd_flags_mean_sampled(spans: PublishSpans, exported: InMemorySpanExporter) -> None:
+    started = spans.start(_record(f'{{"traceparent": "{_traceparent("03")}"}}'))  # sampled, random ids
+    assert started is not None
+    spans.acknowledged(started[1], 0, 0)
+    assert _one(exported).parent.span_id == WRITER_SPAN  # type: ignore[union-attr]
 
 
 def test_when_the_sdks_sampler_drops_the_span_the_record_keeps_the_writers_context(
