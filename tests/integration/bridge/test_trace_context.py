@@ -4,9 +4,15 @@ messaging attributes of its acknowledged record, and a consumer that reads the h
 
 from __future__ import annotations
 
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -82,8 +88,37 @@ def test_an_event_written_in_a_span_reaches_a_consumer_in_the_same_trace_through
         assert process.parent is not None and process.parent.span_id == span.context.span_id
 
 
-def test_otel_traces_exporter_turns_the_spans_on_and_they_are_exported_when_the_bridge_stops(
-    sqlite_url: str, kafka_bootstrap: str, capfd: pytest.CaptureFixture[str]
+
+class _Collector:
+    """An OTLP/HTTP trace receiver on loopback that keeps every span it is sent."""
+
+    def __init__(self) -> None:
+        self.spans: list[Any] = []
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                for resource in ExportTraceServiceRequest.FromString(body).resource_spans:
+                    service = {a.key: a.value.string_value for a in resource.resource.attributes}["service.name"]
+                    collector.spans += [(service, span) for scope in resource.scope_spans for span in scope.spans]
+                answer = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+
+
+def test_otel_traces_exporter_turns_the_spans_on_and_they_are_exported_over_otlp(
+    sqlite_url: str, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     upgrade(sqlite_url)
     engine = create_engine(sqlite_url)
@@ -92,13 +127,21 @@ def test_otel_traces_exporter_turns_the_spans_on_and_they_are_exported_when_the_
         append(conn, [_event(1)])
     engine.dispose()
 
-    # What OTEL_TRACES_EXPORTER=console gives: the bridge's own provider, spans batched and written as JSON.
-    config = bridge_config(sqlite_url, kafka_bootstrap, traces_exporter="console")
-    bridge = start_bridge(config)
-    wait_until(lambda: bridge.daemon.tracker is not None and bridge.daemon.tracker.watermark == 1, 60,
-               "the event published")
-    assert bridge.stop() == 0
-    printed = capfd.readouterr().out
-    assert f'"name": "publish {config.topic_for("order")}"' in printed, "exported at the latest when it stopped"
-    assert f'"trace_id": "0x{writer.trace_id:032x}"' in printed
-    assert '"service.name": "outbox-bridge"' in printed
+    collector = _Collector()
+    try:
+        # As an operator sets it: OTEL_TRACES_EXPORTER=otlp (the bridge's setting), the rest read by the SDK.
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", collector.endpoint)
+        monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+        config = bridge_config(sqlite_url, kafka_bootstrap, traces_exporter="otlp")
+        bridge = start_bridge(config)
+        wait_until(lambda: bridge.daemon.tracker is not None and bridge.daemon.tracker.watermark == 1, 60,
+                   "the event published")
+        assert bridge.stop() == 0, "and its last spans exported as it stopped"
+    finally:
+        collector.server.shutdown()
+    [(service, span)] = collector.spans
+    assert service == "outbox-bridge"
+    assert span.name == f"publish {config.topic_for('order')}"
+    assert span.trace_id == writer.trace_id.to_bytes(16, "big")
+    assert span.parent_span_id == writer.span_id.to_bytes(8, "big")
