@@ -132,7 +132,7 @@ def test_lock_waits_then_gives_up(tmp_path: Path) -> None:
     holder, waiter = ProjectionLock(lake, "p"), ProjectionLock(lake, "p")
     assert holder.acquire(0)
     waits: list[float] = []
-    assert not waiter.acquire(0.5, on_wait=waits.append, every_s=0.1)
+    assert not waiter.acquire(0.2, on_wait=waits.append, every_s=0.05)
     assert waits, "on_wait was never called"
     holder.release()
     assert waiter.acquire(0)
