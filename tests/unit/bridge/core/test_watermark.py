@@ -102,7 +102,7 @@ class TrackerRun:
         return rules
 
     def settle_holes(self) -> int:
-        # Mostly narrow holes, sometimes a huge one (as `gaps` draws them).
+        # As `gaps` draws them: as often a narrow hole as one of any width up to HUGE.
         gap = self.rng.randint(0, 3) if self.rng.getrandbits(1) else self.rng.randint(0, HUGE)
         position = self.model.position
         if gap:
