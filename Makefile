@@ -129,10 +129,10 @@ test: sysdeps $(STAMP) jars $(WHEEL_STAMP) $(HELM) $(TEST_NEEDS) ## run the whol
 
 test-compiled: $(STAMP) $(WHEEL_STAMP) ## the unit tests again, on a copy with the wheel's compiled core (.run/compiled)
 	$(PY) ops/compile_core.py .run/compiled --wheel "$$(ls $(DIST)/*.whl)"
-	cd .run/compiled && BRIDGE_EXPECT_COMPILED=1 $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider tests/unit
+	cd .run/compiled && BRIDGE_EXPECT_COMPILED=1 $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider -n auto tests/unit
 
-test-unit: $(STAMP) ## run only the fast unit tests
-	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+test-unit: $(STAMP) ## run only the fast unit tests, on every core
+	$(PY) -m pytest -n auto tests/unit $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff and mypy (strict on bridge/ and projections/)
 	$(VENV)/bin/ruff check bridge projections tests ops bench migrations setup.py

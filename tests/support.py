@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Connection
 
@@ -211,26 +211,40 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def read_topic(bootstrap: str, topic: str, timeout: float = 60) -> list[Any]:
-    """Every record currently in a topic (all partitions), as confluent-kafka messages."""
+def read_topic(bootstrap: str, topic: str, *, timeout: float = 120,
+               isolation_level: str = "read_committed") -> list[Message]:
+    """Every record in `topic` when the call starts, as a plain consumer reads it: partition after partition,
+    each in offset order. A topic that does not exist (yet) has none. Fails if they are not read in `timeout`."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    metadata = consumer.list_topics(topic, timeout=30)
-    partitions = list(metadata.topics[topic].partitions)
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
-    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-    out: list[Any] = []
-    done = {p: ends[p] == 0 for p in partitions}
-    deadline = time.monotonic() + timeout
-    while not all(done.values()) and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is None or msg.error() is not None:
-            continue
-        out.append(msg)
-        if msg.offset() + 1 >= ends[msg.partition()]:
-            done[msg.partition()] = True
-    consumer.close()
-    return out
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "enable.partition.eof": True, "isolation.level": isolation_level, "fetch.wait.max.ms": 50})
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        by_partition: dict[int, list[Message]] = {p: [] for p in partitions}
+        position = dict.fromkeys(partitions, 0)
+        deadline = time.monotonic() + timeout
+        while any(position[p] < ends[p] for p in partitions):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"reading {topic} timed out at offsets {position} of {ends}")
+            # Batches, not one poll per record: some tests read hundreds of thousands.
+            for msg in consumer.consume(num_messages=10_000, timeout=0.1):
+                partition, offset, error = msg.partition(), msg.offset(), msg.error()
+                if partition is None or offset is None:
+                    continue
+                if error is None:
+                    by_partition[partition].append(msg)
+                    position[partition] = offset + 1
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    # The end, though the last offsets may be transaction markers, which no consumer is given.
+                    position[partition] = max(position[partition], offset)
+    finally:
+        consumer.close()
+    for partition, messages in by_partition.items():
+        offsets = [m.offset() for m in messages]
+        assert offsets == sorted(set(offsets)), f"partition {partition} of {topic} read once, in offset order"
+    return [m for p in partitions for m in by_partition[p]]
 
 
 # ------------------------------------------------------------------------------ the daemon as a process
@@ -342,30 +356,6 @@ def keys_in_seq_order(records: list[Any]) -> dict[bytes, list[int]]:
     for m in sorted(records, key=lambda m: (m.partition(), m.offset())):
         by_key.setdefault(m.key(), []).append(record_seq(m))
     return by_key
-
-
-def consume_all(bootstrap: str, topic: str, timeout: float = 120) -> list[Any]:
-    """Every record in a topic, read in batches: `read_topic` for hundreds of thousands of records."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    try:
-        partitions = list(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        out: list[Any] = []
-        position = dict.fromkeys(partitions, 0)
-        deadline = time.monotonic() + timeout
-        while any(position[p] < ends[p] for p in partitions):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"reading {topic} timed out at {position} of {ends}")
-            for msg in consumer.consume(num_messages=10_000, timeout=0.5):
-                if msg.error() is not None:
-                    continue
-                out.append(msg)
-                position[msg.partition()] = msg.offset() + 1
-        return out
-    finally:
-        consumer.close()
 
 
 # ------------------------------------------------------------------------------- least-privilege roles

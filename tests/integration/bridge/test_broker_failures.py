@@ -13,10 +13,10 @@ from confluent_kafka.admin import AdminClient
 from bridge.migrate import upgrade
 from tests.support import (
     bridge_config,
-    consume_all,
     head_seq,
     insert_events,
     persisted_watermark,
+    read_topic,
     seq_counts,
     start_bridge,
     wait_until,
@@ -107,7 +107,7 @@ def test_one_broker_down_loses_nothing_two_down_stall_without_moving_the_waterma
             bridge.daemon.stop()
             bridge.thread.join(60)
 
-    counts = seq_counts(consume_all(kafka_cluster3.bootstrap, topic))
+    counts = seq_counts(read_topic(kafka_cluster3.bootstrap, topic))
     duplicates = sum(counts.values()) - len(counts)
     print(f"{len(counts)} distinct events in Kafka, {duplicates} duplicates, "
           f"{bridge.daemon.metrics.producer_rebuilds._value.get():.0f} producer rebuilds")

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from bridge.migrate import upgrade
-from tests.support import bridge_env, consume_all, read_offsets, seq_counts, spawn_bridge, wait_until
+from tests.support import bridge_env, read_offsets, read_topic, seq_counts, spawn_bridge, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -70,7 +70,7 @@ def test_sigterm_then_restart_publishes_no_duplicates(postgres_url, kafka_bootst
     finally:
         bridge.stop_if_running()
 
-    counts = seq_counts(consume_all(kafka_bootstrap, template.replace("{aggregate_type}", "order")))
+    counts = seq_counts(read_topic(kafka_bootstrap, template.replace("{aggregate_type}", "order")))
     duplicates = sum(counts.values()) - len(counts)
     print(f"stopped at {stopped_at}; {len(counts)} events in Kafka, {duplicates} duplicates")
     assert set(counts) == set(range(1, EVENTS + 1))

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from bridge.migrate import upgrade
-from tests.support import bridge_env, consume_all, read_offsets, record_seq, spawn_bridge, wait_until
+from tests.support import bridge_env, read_offsets, read_topic, record_seq, spawn_bridge, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -107,7 +107,7 @@ def test_kill9_at_random_moments_loses_nothing_and_bounds_duplicates(
         bridge.stop_if_running()
     elapsed = time.monotonic() - started
 
-    records = consume_all(kafka_bootstrap, template.replace("{aggregate_type}", "order"))
+    records = read_topic(kafka_bootstrap, template.replace("{aggregate_type}", "order"))
     counts = Counter(record_seq(m) for m in records)
     distinct = set(counts)
     duplicates = sum(counts.values()) - len(distinct)

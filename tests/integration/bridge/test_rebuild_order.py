@@ -11,19 +11,18 @@ every partition when the refusal comes, so the batches after the refused one are
 from __future__ import annotations
 
 import secrets
-import time
 import uuid
 from collections.abc import Callable
 from itertools import pairwise
 
 import pytest
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from sqlalchemy import create_engine, text
 
 from bridge.migrate import upgrade
-from tests.support import bridge_config, record_seq, start_bridge, wait_until
+from tests.support import bridge_config, read_topic, record_seq, start_bridge, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,29 +53,6 @@ def _lower_limit(bootstrap: str, topic: str, limit: int) -> None:
     lowered = ConfigResource("topic", topic, incremental_configs=[
         ConfigEntry("max.message.bytes", str(limit), incremental_operation=AlterConfigOpType.SET)])
     next(iter(admin.incremental_alter_configs([lowered]).values())).result(30)
-
-
-def _consume(bootstrap: str, topic: str, timeout: float = 30) -> list[Message]:
-    """Every record of the topic, read by a plain consumer partition by partition, in offset order."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    try:
-        partitions = list(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        by_partition: dict[int, list[Message]] = {p: [] for p in partitions}
-        deadline = time.monotonic() + timeout
-        while any(len(by_partition[p]) < ends[p] for p in partitions):
-            assert time.monotonic() < deadline, f"reading {topic} timed out"
-            for msg in consumer.consume(num_messages=5000, timeout=0.5):
-                if msg.error() is None:
-                    by_partition[msg.partition()].append(msg)
-    finally:
-        consumer.close()
-    for messages in by_partition.values():
-        offsets = [m.offset() for m in messages]
-        assert offsets == sorted(offsets), "a partition is read in offset order"
-    return [m for p in partitions for m in by_partition[p]]
 
 
 def _first_deliveries(records: list[Message]) -> dict[bytes, list[int]]:
@@ -126,7 +102,7 @@ def test_after_a_refused_batch_and_a_rebuild_each_key_is_first_delivered_in_seq_
         assert bridge.stop() == 0
 
     assert rebuilds >= len(LIMITS), "each refused batch made the bridge rebuild its producer"
-    records = _consume(kafka_bootstrap, topic)
+    records = read_topic(kafka_bootstrap, topic)
     assert {record_seq(m) for m in records} == set(range(1, head + 1)) - set(big_seqs), "nothing lost"
     out_of_order = {
         key.decode(): seqs for key, seqs in _first_deliveries(records).items() if seqs != sorted(seqs)
@@ -135,4 +111,4 @@ def test_after_a_refused_batch_and_a_rebuild_each_key_is_first_delivered_in_seq_
         f"{key}: {[(a, b) for a, b in pairwise(seqs) if a > b][:3]}"
         for key, seqs in sorted(out_of_order.items())
     )
-    assert sorted(record_seq(m) for m in _consume(kafka_bootstrap, config.dlq_topic_name)) == big_seqs
+    assert sorted(record_seq(m) for m in read_topic(kafka_bootstrap, config.dlq_topic_name)) == big_seqs

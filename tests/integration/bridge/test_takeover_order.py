@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Message, TopicPartition
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Message
 from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy.engine import make_url
 
@@ -54,6 +54,7 @@ from tests.support import (
     head_seq,
     insert_events,
     keys_in_seq_order,
+    read_topic,
     record_seq,
     spawn_bridge,
     wait_until,
@@ -148,29 +149,13 @@ def _create_topic(bootstrap: str, topic: str) -> None:
     admin.create_topics([new])[topic].result(timeout=30)
 
 
-def _consume(bootstrap: str, topic: str, timeout: float = 60) -> list[Message]:
-    """Every record of the topic, as a plain consumer sees it: read_uncommitted, each partition in offset order."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "isolation.level": "read_uncommitted"})
-    try:
-        partitions = list(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        by_partition: dict[int, list[Message]] = {p: [] for p in partitions}
-        deadline = time.monotonic() + timeout
-        while any(len(by_partition[p]) < ends[p] for p in partitions):
-            assert time.monotonic() < deadline, f"reading {topic} timed out"
-            for msg in consumer.consume(num_messages=5000, timeout=0.5):
-                partition = msg.partition()
-                if msg.error() is None and partition is not None:
-                    by_partition[partition].append(msg)
-    finally:
-        consumer.close()
-    for messages in by_partition.values():
-        offsets = [m.offset() for m in messages]
+def _assert_whole(records: list[Message]) -> None:
+    """Each partition was read whole from its first offset, nothing skipped (there are no transaction markers)."""
+    by_partition: dict[int | None, list[int | None]] = {}
+    for m in records:
+        by_partition.setdefault(m.partition(), []).append(m.offset())
+    for offsets in by_partition.values():
         assert offsets == list(range(len(offsets))), "each partition is read whole, in offset order"
-    return [m for p in partitions for m in by_partition[p]]
 
 
 def _sent(proxy: KafkaFaultProxy, client_id: str, after: float = 0.0, before: float = float("inf")) -> tuple[int, int]:
@@ -258,7 +243,8 @@ def test_after_a_takeover_from_a_leader_paused_with_messages_queued_a_plain_cons
                 second.stop_if_running()
             proxy.throttle(0)
 
-    records = _consume(bootstrap, topic)
+    records = read_topic(bootstrap, topic, isolation_level="read_uncommitted")
+    _assert_whole(records)
     counts = Counter(record_seq(m) for m in records)
     committed = set(committed_seqs(url))
     takeover = _took_over_at(second)
@@ -384,7 +370,8 @@ def test_a_leader_paused_in_the_middle_of_a_read_sends_none_of_it_after_the_take
             if second is not None:
                 second.stop_if_running()
 
-    records = _consume(bootstrap, topic)
+    records = read_topic(bootstrap, topic, isolation_level="read_uncommitted")
+    _assert_whole(records)
     counts = Counter(record_seq(m) for m in records)
     committed = set(committed_seqs(url))
     takeover = _took_over_at(second)

@@ -17,10 +17,10 @@ from bridge.migrate import upgrade
 from tests.support import (
     BridgeProcess,
     bridge_env,
-    consume_all,
     head_seq,
     insert_events,
     read_offsets,
+    read_topic,
     seq_counts,
     spawn_bridge,
     wait_until,
@@ -96,7 +96,7 @@ def test_one_instance_publishes_the_other_takes_over_after_kill9(postgres_url, k
     finally:
         first.stop_if_running()
         second.stop_if_running()
-    counts = seq_counts(consume_all(kafka_bootstrap, topic))
+    counts = seq_counts(read_topic(kafka_bootstrap, topic))
     print(f"\ntakeover {takeover_s:.2f}s after kill -9 (lease {LEASE_TIMEOUT_S}s, bound {TAKEOVER_BOUND_S}s); "
           f"{len(counts)} events, {sum(counts.values()) - len(counts)} duplicates")
     assert takeover_s <= TAKEOVER_BOUND_S
@@ -137,7 +137,7 @@ def test_a_paused_leader_wakes_up_fenced_and_cannot_write_the_watermark(
     finally:
         first.stop_if_running()
         second.stop_if_running()
-    counts = seq_counts(consume_all(kafka_bootstrap, topic))
+    counts = seq_counts(read_topic(kafka_bootstrap, topic))
     assert set(counts) == set(range(1, 1201))
     # It renewed (and failed to renew) its lease before reading anything: it sent nothing on waking.
     assert sum(counts.values()) == 1200, f"{sum(counts.values()) - 1200} duplicates"

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from projections import replay
 from projections.errors import RefusedError
@@ -26,6 +25,7 @@ from projections.offset_search import resolve
 from projections.starting_point import EARLIEST
 from tests.integration.projections.conftest import Harness, delta_log, on_topic
 from tests.integration.projections.events import order_lifecycle, produce
+from tests.support import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -42,25 +42,8 @@ def event_ids(harness: Harness, lake: Lake) -> set[str]:
 
 def positions(bootstrap: str, topic: str) -> dict[str, tuple[int, int, int]]:
     """event_id -> (partition, offset, Kafka timestamp) of every record in the topic."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "replay-test", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    try:
-        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        found: dict[str, tuple[int, int, int]] = {}
-        ended: set[int] = set()
-        while len(ended) < len(partitions):
-            message = consumer.poll(5)
-            assert message is not None, "the topic was not read to its end within 5 s"
-            if message.error() is not None:
-                ended.add(message.partition() or 0)
-                continue
-            headers = dict(message.headers() or [])
-            found[headers["event_id"].decode()] = (message.partition() or 0, message.offset() or 0,
-                                                   message.timestamp()[1])
-        return found
-    finally:
-        consumer.close()
+    return {dict(m.headers() or [])["event_id"].decode(): (m.partition() or 0, m.offset() or 0, m.timestamp()[1])
+            for m in read_topic(bootstrap, topic)}
 
 
 def test_replay_from_earliest_builds_beside_the_live_table_and_switches_when_the_live_instance_stops(

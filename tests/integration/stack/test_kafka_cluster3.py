@@ -6,8 +6,10 @@ from __future__ import annotations
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from tests.support import read_topic
 
 
 def _produce(bootstrap: str, topic: str, values: list[str], idempotent: bool = True) -> dict[str, object]:
@@ -25,24 +27,6 @@ def _produce(bootstrap: str, topic: str, values: list[str], idempotent: bool = T
                          on_delivery=lambda err, msg: outcome.__setitem__(msg.value().decode(), err))
     producer.flush(90)
     return outcome
-
-
-def _read_all(bootstrap: str, topic: str, partitions: int) -> list[str]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    ends = {}
-    for p in range(partitions):
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-        ends[p] = high
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    seen: list[str] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and sum(ends.values()) > len(seen):
-        msg = consumer.poll(1.0)
-        if msg is not None and msg.error() is None:
-            seen.append(msg.value().decode())
-    consumer.close()
-    return seen
 
 
 def test_rf3_min_isr2_survives_one_broker_refuses_without_two(kafka_cluster3) -> None:
@@ -97,7 +81,7 @@ def test_rf3_min_isr2_survives_one_broker_refuses_without_two(kafka_cluster3) ->
     assert all(err is None for err in outcome.values())
     acknowledged += after
 
-    seen = _read_all(bootstrap, topic, 3)
+    seen = [m.value().decode() for m in read_topic(bootstrap, topic)]
     missing = set(acknowledged) - set(seen)
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
     admin.delete_topics([topic])[topic].result(30)

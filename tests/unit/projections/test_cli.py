@@ -14,6 +14,18 @@ from projections.cli import EXIT_REFUSED, EXIT_UNKNOWN, EXIT_USAGE, main
 pytestmark = pytest.mark.unit
 
 
+@pytest.fixture
+def kafka_unanswered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka taken as not answering, at once: these commands go on without it (the source's retries would wait for
+    it), and no test depends on a broker that may or may not run at the default address on this machine."""
+
+    def unanswered(*args: object) -> bool:
+        return False
+
+    monkeypatch.setattr("projections.driver.check_kafka", unanswered)
+    monkeypatch.setattr("projections.replay.check_kafka", unanswered)
+
+
 def test_list_shows_the_example_projections(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list", "--json"]) == 0
     listed = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
@@ -42,6 +54,7 @@ def test_unknown_projection_and_bad_settings_fail_before_spark(monkeypatch: pyte
     assert main(["run", "orders_current", "--max-offsets-per-trigger", "0"]) == EXIT_USAGE
 
 
+@pytest.mark.usefixtures("kafka_unanswered")
 def test_replay_needs_yes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", "orders_current"]) == EXIT_REFUSED
     assert "--yes" in capsys.readouterr().err
@@ -99,6 +112,7 @@ def test_replay_unknown_projection_exits_3(capsys: pytest.CaptureFixture[str]) -
     assert "no_such_projection" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("kafka_unanswered")
 def test_replay_without_yes_prints_the_plan_and_changes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -110,6 +124,7 @@ def test_replay_without_yes_prints_the_plan_and_changes_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.usefixtures("kafka_unanswered")
 def test_run_refuses_while_another_instance_holds_the_lock(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -132,7 +147,7 @@ def test_lock_waits_then_gives_up(tmp_path: Path) -> None:
     holder, waiter = ProjectionLock(lake, "p"), ProjectionLock(lake, "p")
     assert holder.acquire(0)
     waits: list[float] = []
-    assert not waiter.acquire(0.5, on_wait=waits.append, every_s=0.1)
+    assert not waiter.acquire(0.2, on_wait=waits.append, every_s=0.05)
     assert waits, "on_wait was never called"
     holder.release()
     assert waiter.acquire(0)
@@ -195,6 +210,7 @@ def test_replay_in_place_with_rebuild_from_a_later_start_is_refused(capsys: pyte
     [["--drop-earlier-state"], ["--in-place"]],
     ids=["new-table-with-drop-earlier-state", "in-place-without-rebuild"],
 )
+@pytest.mark.usefixtures("kafka_unanswered")
 def test_replay_from_a_later_start_passes_the_guard_when_meant_or_onto_the_live_table(
     flags: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

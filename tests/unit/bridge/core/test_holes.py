@@ -210,12 +210,15 @@ def simulate(choose: Callable[[Sequence[Any]], Any], steps: int, limit: int) -> 
     assert not settled & db.committed
 
 
+# Each choice is drawn through a Random that Hypothesis drives (and shrinks): the same search as drawing
+# st.sampled_from(options) per choice, at a fifth of the cost, since no strategy is built per draw.
 @settings(max_examples=300, deadline=None)
-@given(data=st.data(), steps=st.integers(min_value=1, max_value=60), limit=st.integers(min_value=1, max_value=8))
+@given(rng=st.randoms(use_true_random=False), steps=st.integers(min_value=1, max_value=60),
+       limit=st.integers(min_value=1, max_value=8))
 def test_every_committed_seq_is_delivered_once_in_order_and_no_aborted_one(
-    data: st.DataObject, steps: int, limit: int
+    rng: random.Random, steps: int, limit: int
 ) -> None:
-    simulate(lambda options: data.draw(st.sampled_from(options)), steps, limit)
+    simulate(rng.choice, steps, limit)
 
 
 def test_many_random_schedules_never_lose_repeat_or_reorder() -> None:

@@ -138,11 +138,13 @@ DIALECTS = sorted(MODELS)
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 @settings(max_examples=150, deadline=None)
-@given(data=st.data(), steps=st.integers(1, 60), limit=st.integers(1, 6))
+# Choices through a Random that Hypothesis drives and shrinks: the search of a st.sampled_from draw per
+# choice, several times cheaper per example.
+@given(rng=st.randoms(use_true_random=False), steps=st.integers(1, 60), limit=st.integers(1, 6))
 def test_every_committed_event_is_published_once_in_seq_order_whatever_the_schedule_and_the_cuts(
-    dialect: str, data: st.DataObject, steps: int, limit: int
+    dialect: str, rng: random.Random, steps: int, limit: int
 ) -> None:
-    run(MODELS[dialect](), lambda options: data.draw(st.sampled_from(list(options))), steps, limit, faults=True)
+    run(MODELS[dialect](), rng.choice, steps, limit, faults=True)
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)

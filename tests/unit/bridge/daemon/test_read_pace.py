@@ -86,9 +86,10 @@ def test_a_backlog_is_read_without_pause(tmp_path: Path, reads: list[tuple[float
     with engine.begin() as conn:
         conn.execute(INSERT, [{"e": f"e-{i}"} for i in range(1000)])
     engine.dispose()
-    interval_s = 2.0
+    # Long beside a read of 100 rows (milliseconds), and short: stopping waits out the idle read wait.
+    interval_s = 1.0
     delivered = _run(url, 1000, read_batch_size=100, poll_interval_min_ms=int(interval_s * 1000),
-                     poll_interval_max_ms=2000)
+                     poll_interval_max_ms=int(interval_s * 1000))
     assert [r.seq for r in delivered] == list(range(1, 1001))
     full = [i for i, (_, asked, got) in enumerate(reads) if got == asked]
     assert len(full) == 10
