@@ -47,17 +47,27 @@ class DeliveryFailure:
 
 
 class Publisher(Protocol):
-    """What the daemon needs from a Kafka producer (a fake implements it for unit tests)."""
+    """What the daemon needs from a Kafka producer: `KafkaPublisher`, and the in-memory one of
+    `bridge.kafka.testing` for unit tests, which meets the same contract (tests/contracts/publisher.py)."""
 
+    #: Set by the first failed delivery: this producer is to be discarded.
     failure: DeliveryFailure | None
 
-    def send(self, record: KafkaRecord, generation: int) -> None: ...
+    def send(self, record: KafkaRecord, generation: int) -> None:
+        """Hand `record` over; its delivery is reported once, later, with `generation`, in send order per key."""
+        ...
 
-    def poll(self, timeout: float) -> int: ...
+    def poll(self, timeout: float) -> int:
+        """Serve delivery reports; a positive count when any were served (a batch of them may count as one)."""
+        ...
 
-    def flush(self, timeout: float) -> int: ...
+    def flush(self, timeout: float) -> int:
+        """Wait up to `timeout` seconds until everything sent is reported; return how many are still unsent."""
+        ...
 
-    def close(self, timeout: float = ...) -> None: ...
+    def close(self, timeout: float = ...) -> None:
+        """Finish for good within about `timeout` seconds, every record sent reported by then, delivered or not."""
+        ...
 
 
 def unconfirmed(seq: int) -> KafkaError:
