@@ -87,7 +87,7 @@ class SqlWriter:
         self._connections.append(conn)
         transaction = conn.begin()
         self.insert(conn, 1, start=index)
-        return _Open(conn, transaction)
+        return _OpenTransaction(conn, transaction)
 
     def close(self) -> None:
         """End the transactions a failed test left open (closing rolls back), so the database can go."""
@@ -95,7 +95,7 @@ class SqlWriter:
             conn.close()
 
 
-class _Open:
+class _OpenTransaction:
     def __init__(self, conn: Connection, transaction: RootTransaction) -> None:
         self._conn = conn
         self._transaction = transaction
