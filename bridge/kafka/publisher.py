@@ -181,12 +181,17 @@ class KafkaPublisher:
         return self._serve(self._producer.poll, timeout)
 
     def flush(self, timeout: float) -> int:
-        """Wait up to `timeout` seconds for outstanding deliveries; return how many are still unsent."""
+        """Wait up to `timeout` seconds for outstanding deliveries; return how many are still unsent.
+
+        Served by poll, not by the client's flush: a fatal error raised while flush serves reports stays set
+        while librdkafka goes on calling delivery callbacks, and the next one fails with a SystemError, its
+        report lost (seen when a refused batch breaks the gapless guarantee). A poll stops at the error."""
         deadline = time.monotonic() + timeout
         remaining = len(self._producer)
         while remaining and time.monotonic() < deadline:
-            remaining = self._serve(self._producer.flush, min(1.0, max(0.0, deadline - time.monotonic())))
-        return int(remaining)
+            self._serve(self._producer.poll, min(0.1, max(0.0, deadline - time.monotonic())))
+            remaining = len(self._producer)
+        return remaining
 
     def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
         """Finish this producer for good: drop what is queued, wait up to `timeout` seconds for the broker
