@@ -2,8 +2,9 @@
 
 - every record sent is reported once through the delivery callback, with its seq and the generation it was
   sent with; a key's reports come in send order, and so do its records in the topic;
-- `poll` serves reports and says whether it did: a positive count when it served any, 0 when nothing was
-  waiting (librdkafka counts a whole batch of reports as one, so the count is not a number of records);
+- `poll` serves reports, and returns a positive count whenever it served any (librdkafka counts a batch of
+  reports as one, and its own events, logs and errors, too: the count is not a number of records, and it
+  may be positive when no report came);
 - `flush` returns once everything sent is reported, with 0 left;
 - `close` finishes the publisher within its timeout, and by then every record sent has been reported once,
   delivered or with an error; nothing is reported afterwards, and an error reported sets `failure`;
@@ -18,6 +19,7 @@ partition after another).
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
 
@@ -56,7 +58,8 @@ def record(seq: int, topic: str, key: bytes | None = None, value: bytes = b"{}")
 
 
 def _oversized(seq: int, topic: str) -> KafkaRecord:
-    return record(seq, topic, value=b'{"blob": "' + b"x" * (4 * SMALL_TOPIC_LIMIT) + b'"}')
+    # Random text: the producer compresses batches, and a repeated letter would shrink below the limit.
+    return record(seq, topic, value=b'{"blob": "' + secrets.token_hex(4 * SMALL_TOPIC_LIMIT).encode() + b'"}')
 
 
 def _by_key(pairs: list[tuple[bytes, int]]) -> dict[bytes, list[int]]:
@@ -112,10 +115,9 @@ class PublisherContract:
         assert _by_key([(key_of[seq], seq) for seq in reports.seqs()]) == expected, "reports in send order per key"
         assert _by_key(landed(topic)) == expected, "the log holds each key's records in send order"
 
-    def test_poll_says_whether_it_served_reports(self, new_publisher: NewPublisher, topic: str) -> None:
+    def test_poll_serves_reports_and_counts_them(self, new_publisher: NewPublisher, topic: str) -> None:
         reports = Reports()
         publisher = new_publisher(reports)
-        assert publisher.poll(0.1) == 0, "nothing was sent, nothing to serve"
         for seq in range(1, 11):
             publisher.send(record(seq, topic), GENERATION)
         deadline = time.monotonic() + FLUSH_S
@@ -123,9 +125,8 @@ class PublisherContract:
             before = len(reports.seen)
             served = publisher.poll(0.1)
             after = len(reports.seen)
-            assert (served > 0) == (after > before), f"poll returned {served} while reports went {before} -> {after}"
-        assert sorted(reports.seqs()) == list(range(1, 11))
-        assert publisher.poll(0) == 0, "everything was served already"
+            assert after == before or served > 0, f"poll served {after - before} reports and returned {served}"
+        assert sorted(reports.seqs()) == list(range(1, 11)), "poll alone serves every report"
 
     def test_flush_returns_once_everything_sent_is_reported(self, new_publisher: NewPublisher, topic: str) -> None:
         reports = Reports()
