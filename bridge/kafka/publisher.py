@@ -47,17 +47,27 @@ class DeliveryFailure:
 
 
 class Publisher(Protocol):
-    """What the daemon needs from a Kafka producer (a fake implements it for unit tests)."""
+    """What the daemon needs from a Kafka producer: `KafkaPublisher`, and the in-memory one of
+    `bridge.kafka.testing` for unit tests, which meets the same contract (tests/contracts/publisher.py)."""
 
+    #: Set by the first failed delivery: this producer is to be discarded.
     failure: DeliveryFailure | None
 
-    def send(self, record: KafkaRecord, generation: int) -> None: ...
+    def send(self, record: KafkaRecord, generation: int) -> None:
+        """Hand `record` over; its delivery is reported once, later, with `generation`, in send order per key."""
+        ...
 
-    def poll(self, timeout: float) -> int: ...
+    def poll(self, timeout: float) -> int:
+        """Serve delivery reports; a positive count when any were served (a batch of them may count as one)."""
+        ...
 
-    def flush(self, timeout: float) -> int: ...
+    def flush(self, timeout: float) -> int:
+        """Wait up to `timeout` seconds until everything sent is reported; return how many are still unsent."""
+        ...
 
-    def close(self, timeout: float = ...) -> None: ...
+    def close(self, timeout: float = ...) -> None:
+        """Finish for good within about `timeout` seconds, every record sent reported by then, delivered or not."""
+        ...
 
 
 def unconfirmed(seq: int) -> KafkaError:
@@ -171,12 +181,17 @@ class KafkaPublisher:
         return self._serve(self._producer.poll, timeout)
 
     def flush(self, timeout: float) -> int:
-        """Wait up to `timeout` seconds for outstanding deliveries; return how many are still unsent."""
+        """Wait up to `timeout` seconds for outstanding deliveries; return how many are still unsent.
+
+        Served by poll, not by the client's flush: a fatal error raised while flush serves reports stays set
+        while librdkafka goes on calling delivery callbacks, and the next one fails with a SystemError, its
+        report lost (seen when a refused batch breaks the gapless guarantee). A poll stops at the error."""
         deadline = time.monotonic() + timeout
         remaining = len(self._producer)
         while remaining and time.monotonic() < deadline:
-            remaining = self._serve(self._producer.flush, min(1.0, max(0.0, deadline - time.monotonic())))
-        return int(remaining)
+            self._serve(self._producer.poll, min(0.1, max(0.0, deadline - time.monotonic())))
+            remaining = len(self._producer)
+        return remaining
 
     def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
         """Finish this producer for good: drop what is queued, wait up to `timeout` seconds for the broker

@@ -1,14 +1,15 @@
 """In-memory stand-ins for the Kafka side, for fast tests of the daemon without a broker.
 
-`InMemoryPublisher` implements the `Publisher` interface: records are "delivered" on the next `poll`,
-in the order they were sent, and reported through the same delivery callback the real producer uses.
+`InMemoryPublisher` implements the `Publisher` interface: what is sent waits in a local queue, the broker
+answers on the next `poll`, in send order, and each answer is reported through the same delivery callback
+the real producer uses. It meets the same contract as `KafkaPublisher` (tests/contracts/publisher.py).
 `AcceptingTopicGuard` accepts every topic with the broker's default size limit.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError
@@ -20,16 +21,39 @@ from bridge.kafka.topics import TopicReport
 #: The broker's default max.message.bytes plus the record batch overhead, as a real topic reports it.
 DEFAULT_TOPIC_MAX_MESSAGE_BYTES = 1_048_588
 
+#: The broker's verdict on one record: None accepts it, an error refuses it.
+Verdict = Callable[[KafkaRecord], KafkaError | None]
+
+
+def over_limit(limits: Mapping[str, int]) -> Verdict:
+    """A broker that refuses, as MSG_SIZE_TOO_LARGE, a record larger than its topic's max.message.bytes."""
+
+    def verdict(record: KafkaRecord) -> KafkaError | None:
+        limit = limits.get(record.topic)
+        if limit is None or record.size <= limit:
+            return None
+        return KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large")
+
+    return verdict
+
 
 class InMemoryPublisher:
-    """A producer whose broker accepts everything; `delivered` holds the records in delivery order."""
+    """A producer over an in-memory broker: `sent` holds every record handed to it, `delivered` the ones
+    the broker accepted, in delivery order.
+
+    Everything sent to one topic between two polls is one batch, and the broker refuses a batch as a whole
+    when `refuse` refuses any record in it, as Kafka refuses a record batch over max.message.bytes: each
+    record of the batch is then reported with that error."""
 
     def __init__(self, on_delivery: Callable[[int, int, KafkaError | None], None],
-                 delivered: list[KafkaRecord] | None = None, *, hold: bool = False) -> None:
+                 delivered: list[KafkaRecord] | None = None, *, hold: bool = False,
+                 refuse: Verdict | None = None) -> None:
         self.failure: DeliveryFailure | None = None
+        self.sent: list[KafkaRecord] = []
         self.delivered: list[KafkaRecord] = [] if delivered is None else delivered
         #: While set, nothing is delivered: records stay queued (a broker that does not answer).
         self.hold = hold
+        self._refuse = refuse
         self._on_delivery = on_delivery
         self._queued: list[tuple[KafkaRecord, int]] = []
         self.closed = False
@@ -40,28 +64,54 @@ class InMemoryPublisher:
         return len(self._queued)
 
     def send(self, record: KafkaRecord, generation: int) -> None:
+        self.sent.append(record)
         self._queued.append((record, generation))
 
     def poll(self, timeout: float) -> int:
-        if self.hold:
+        """Let the broker answer everything queued; returns how many reports were served."""
+        if self.hold or not self._queued:
             if timeout:
                 time.sleep(min(timeout, 0.01))
             return 0
         queued, self._queued = self._queued, []
-        if not queued and timeout:
-            time.sleep(min(timeout, 0.01))
+        refused = self._refused_batches(queued)
         for record, generation in queued:
-            self.delivered.append(record)
-            self._on_delivery(record.seq, generation, None)
+            err = refused.get(record.topic)
+            if err is None:
+                self.delivered.append(record)
+            self._report(record.seq, generation, err)
         return len(queued)
 
+    def _refused_batches(self, queued: list[tuple[KafkaRecord, int]]) -> dict[str, KafkaError]:
+        """The topics whose batch the broker refuses, with the error it refuses it with."""
+        refused: dict[str, KafkaError] = {}
+        if self._refuse is not None:
+            for record, _ in queued:
+                if record.topic not in refused:
+                    err = self._refuse(record)
+                    if err is not None:
+                        refused[record.topic] = err
+        return refused
+
+    def _report(self, seq: int, generation: int, err: KafkaError | None) -> None:
+        # The first failed delivery is the one the daemon acts on, as with `KafkaPublisher`.
+        if err is not None and self.failure is None:
+            self.failure = DeliveryFailure(seq, err.code(), err.str(), fatal=err.fatal())
+        self._on_delivery(seq, generation, err)
+
     def flush(self, timeout: float) -> int:
-        self.poll(0)
-        return 0
+        """Serve every report the broker gives; returns how many records are still unanswered (while held)."""
+        self.poll(timeout if self.hold else 0)
+        return len(self._queued)
 
     def close(self, timeout: float = 0.0) -> None:
-        self._queued.clear()
+        """Finish for good: what is still queued was never answered, and is reported as purged."""
+        if self.closed:
+            return
         self.closed = True
+        queued, self._queued = self._queued, []
+        for record, generation in queued:
+            self._report(record.seq, generation, KafkaError(KafkaError._PURGE_QUEUE, "Local: Purged in queue"))
 
 
 class AcceptingTopicGuard:
@@ -72,12 +122,13 @@ class AcceptingTopicGuard:
 
 
 def publisher_factory(delivered: list[KafkaRecord], made: list[InMemoryPublisher] | None = None,
-                      *, hold: bool = False) -> Callable[[dict[str, Any], Any], InMemoryPublisher]:
+                      *, hold: bool = False, refuse: Verdict | None = None
+                      ) -> Callable[[dict[str, Any], Any], InMemoryPublisher]:
     """A `build_daemon(publisher_factory=...)` whose every producer appends to one `delivered` list (and
     to `made`, when given, so a test can reach the current one)."""
 
     def make(_settings: dict[str, Any], on_delivery: Any) -> InMemoryPublisher:
-        publisher = InMemoryPublisher(on_delivery, delivered, hold=hold)
+        publisher = InMemoryPublisher(on_delivery, delivered, hold=hold, refuse=refuse)
         if made is not None:
             made.append(publisher)
         return publisher

@@ -4,7 +4,8 @@
 database that draws a transaction's horizon stamp before its seq (PostgreSQL's transaction id before
 `nextval`, SQL Server's ticket before the SEQUENCE): its reader is the real `TailReader` with the real
 hole rule, fed a horizon like a real dialect's. `InMemoryLeaseStore` keeps the watermark and the
-lease with the same fencing as `OffsetStore`: every write names the epoch it was granted.
+lease with the same fencing as `OffsetStore`: every write names the epoch it was granted. Both meet the
+contracts the databases meet (tests/contracts/reader.py and offsets.py).
 
 The outbox's `on_wait` hook runs whenever the daemon has nothing to do (its reader's `wait`): a test
 drives its scenario from there (commit the next transaction, steal the lease, stop the daemon), so the
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bridge.core.holes import Horizon, SeqRange
@@ -27,6 +28,7 @@ from bridge.store.dead_letters import DeadLetter, OpenDeadLetters
 from bridge.store.deletable import Deleted
 from bridge.store.holders import HorizonHolder
 from bridge.store.lease import History, Lease, RewindRequest, StartAt
+from bridge.store.offsets import OffsetRow
 from bridge.store.reader import TailReader, VisibleRows
 
 
@@ -34,6 +36,13 @@ from bridge.store.reader import TailReader, VisibleRows
 class _Open:
     stamp: int
     row: OutboxRow
+
+
+@dataclass(slots=True)
+class _Rewind:
+    request: RewindRequest
+    state: str
+    applied_at: datetime | None = None
 
 
 class InMemoryOutbox:
@@ -49,12 +58,13 @@ class InMemoryOutbox:
         self.on_wait: Callable[[int], None] = lambda _waits: None
         self.waits = 0
 
-    def begin(self, aggregate_id: str = "a", aggregate_type: str = "order", payload: str = "{}") -> int:
+    def begin(self, aggregate_id: str = "a", aggregate_type: str = "order", payload: str = "{}",
+              event_id: str | None = None) -> int:
         """Start a writer's transaction and draw its seq (after its stamp); returns the seq."""
         self._last_stamp += 1
         seq = self._next_seq
         self._next_seq += 1
-        row = OutboxRow(seq, f"e-{seq}", aggregate_type, aggregate_id, "happened", payload, None,
+        row = OutboxRow(seq, event_id or f"e-{seq}", aggregate_type, aggregate_id, "happened", payload, None,
                         datetime.now(UTC), 1)
         self._open[seq] = _Open(self._last_stamp, row)
         return seq
@@ -64,6 +74,11 @@ class InMemoryOutbox:
 
     def rollback(self, seq: int) -> None:
         del self._open[seq]
+
+    def delete(self, *seqs: int) -> None:
+        """Committed rows deleted (by hand, or by cleanup): their seqs are holes for good."""
+        for seq in seqs:
+            del self.committed[seq]
 
     def write_at(self, seq: int, aggregate_id: str = "a") -> None:
         """A committed row with an explicit seq, behind the seq path's back (into a gap already settled)."""
@@ -143,7 +158,7 @@ class InMemoryLeaseStore:
         self.status: dict[str, Any] = {}
         self.persists = 0
         self._clock = clock
-        self._rewinds: list[tuple[RewindRequest, str]] = []
+        self._rewinds: list[_Rewind] = []
         #: Dead letters on record, by seq, with when they were recorded; `resolve` closes one.
         self.dead_letters: dict[int, tuple[DeadLetter, datetime]] = {}
         #: What a test says cleanup deleted (`bridge_deletions`), and whether the name is retired.
@@ -166,6 +181,13 @@ class InMemoryLeaseStore:
         """Another instance takes the lease over, as after this one's lease expired."""
         self.epoch += 1
         self.owner = owner
+
+    def read(self) -> OffsetRow:
+        """What `bridge_offsets` would say about this bridge (`OffsetStore.read`)."""
+        now = datetime.now(UTC)
+        expires = now + timedelta(seconds=self.expires_at - self._clock()) if self.owner is not None else None
+        return OffsetRow(self.bridge_name, self.watermark, self.epoch, self.owner, expires, None, None, self.status,
+                         self.retired_at)
 
     def _current(self, lease: Lease) -> bool:
         return lease.epoch == self.epoch and lease.owner == self.owner
@@ -215,22 +237,30 @@ class InMemoryLeaseStore:
             self.owner = None
             self.expires_at = 0.0
 
-    def request_rewind(self, from_seq: int, requested_by: str = "test") -> RewindRequest:
-        """What `outbox-bridge replay --mode rewind` records: a pending request for the leader."""
+    def request_rewind(self, from_seq: int, requested_by: str = "test", state: str = "pending") -> RewindRequest:
+        """What `outbox-bridge replay --mode rewind` records: a pending request for the leader (or, with
+        `state`, one an earlier leader already answered)."""
         request = RewindRequest(len(self._rewinds) + 1, from_seq, requested_by, None)
-        self._rewinds.append((request, "pending"))
+        self._rewinds.append(_Rewind(request, state))
         return request
 
     def rewind_status(self, request: RewindRequest) -> str:
-        return next(state for known, state in self._rewinds if known.id == request.id)
+        return self._rewind(request.id).state
+
+    def rewind_applied_at(self, request: RewindRequest) -> datetime | None:
+        return self._rewind(request.id).applied_at
+
+    def _rewind(self, request_id: int) -> _Rewind:
+        return next(known for known in self._rewinds if known.request.id == request_id)
 
     def pending_rewind(self) -> RewindRequest | None:
-        return next((request for request, state in self._rewinds if state == "pending"), None)
+        return next((known.request for known in self._rewinds if known.state == "pending"), None)
 
     def _mark(self, request: RewindRequest, state: str) -> bool:
-        for index, (known, current) in enumerate(self._rewinds):
-            if known.id == request.id and current == "pending":
-                self._rewinds[index] = (known, state)
+        for known in self._rewinds:
+            if known.request.id == request.id and known.state == "pending":
+                known.state = state
+                known.applied_at = datetime.now(UTC) if state == "applied" else None
                 return True
         return False
 

@@ -7,38 +7,18 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import create_engine, text
 
 from bridge.config import load_config
-from bridge.core.records import KafkaRecord
 from bridge.daemon import build_daemon
+from bridge.kafka.testing import InMemoryPublisher, publisher_factory
 from bridge.kafka.topics import TopicReport
 from bridge.migrate import upgrade
 from bridge.store.engine import make_engine
 from bridge.store.offsets import OffsetStore
 
 LEASE_TIMEOUT_S = 1.0
-
-
-class RecordingPublisher:
-    def __init__(self, sent: list[KafkaRecord], on_delivery: Any) -> None:
-        self.failure: Any = None
-        self.sent = sent
-
-    def send(self, record: KafkaRecord, generation: int) -> None:
-        self.sent.append(record)
-
-    def poll(self, timeout: float) -> int:
-        time.sleep(min(timeout, 0.01))
-        return 0
-
-    def flush(self, timeout: float) -> int:
-        return 0
-
-    def close(self, timeout: float = 0.0) -> None:
-        pass
 
 
 class SlowGuard:
@@ -71,15 +51,17 @@ def test_a_leader_paused_past_its_lease_sends_nothing_after_a_standby_took_over(
     config = load_config(flags={"db_url": url, "bridge_name": "lease", "topic_template": "u.{aggregate_type}",
                                 "allow_single_broker": True, "replication_factor": 1, "metrics_port": 0,
                                 "persist_interval_s": 0.1, "lease_timeout_s": LEASE_TIMEOUT_S}, env={})
-    sent: list[KafkaRecord] = []
+    made: list[InMemoryPublisher] = []
     guard = SlowGuard(url, config.bridge_name)
-    daemon = build_daemon(config, publisher_factory=lambda _s, cb: RecordingPublisher(sent, cb),
-                          topic_guard=guard, instance_id="paused-leader")  # type: ignore[arg-type]
+    # A broker that never answers: whatever the paused leader sends stays in `sent`.
+    daemon = build_daemon(config, publisher_factory=publisher_factory([], made, hold=True),
+                          topic_guard=guard, instance_id="paused-leader")
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()
     try:
         assert guard.taken_over.wait(10), "the topic check never ran"
         time.sleep(1.0)  # the paused leader has woken up by now, with the whole batch read
+        sent = [record for publisher in made for record in publisher.sent]
         assert sent == [], f"a leader past its lease sent {len(sent)} records after the takeover"
         assert daemon.metrics.is_leader._value.get() == 0  # standing by
     finally:

@@ -2,13 +2,12 @@
 poison policy instead of being rebuilt and re-sent forever, and only that record: the broker refuses
 a whole batch, so every record it named is sent again alone, and only one refused alone is poison.
 `halt` stops just before it and names it; `dead-letter` routes it and goes on. The daemon runs on a
-SQLite outbox with an in-memory publisher (a broker that refuses batches) and topic guard."""
+SQLite outbox with the in-memory publisher (a broker that refuses whole batches) and topic guard."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,7 @@ from sqlalchemy import create_engine, text
 from bridge.config import BridgeConfig, load_config
 from bridge.core.records import KafkaRecord
 from bridge.daemon import EXIT_OK, EXIT_POISON, BridgeDaemon, build_daemon
-from bridge.kafka.publisher import DeliveryFailure
-from bridge.kafka.testing import AcceptingTopicGuard
+from bridge.kafka.testing import AcceptingTopicGuard, InMemoryPublisher, Verdict
 from bridge.migrate import upgrade
 from bridge.store.engine import make_engine
 from bridge.store.offsets import OffsetStore
@@ -28,41 +26,13 @@ REFUSED_SEQ = 7
 EVENTS = 12
 
 
-class BatchRefusingPublisher:
-    """Everything sent between two polls is one batch; a batch holding REFUSED_SEQ (on its own topic)
-    is refused as a whole, as a broker refuses a record batch over max.message.bytes."""
+TOO_LARGE = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large")
 
-    def __init__(self, accepted: list[KafkaRecord], dlq_topic: str,
-                 on_delivery: Callable[[int, int, KafkaError | None], None]) -> None:
-        self.failure: Any = None
-        self.accepted = accepted
-        self._dlq = dlq_topic
-        self._on_delivery = on_delivery
-        self._batch: list[tuple[KafkaRecord, int]] = []
 
-    def send(self, record: KafkaRecord, generation: int) -> None:
-        self._batch.append((record, generation))
-
-    def poll(self, timeout: float) -> int:
-        batch, self._batch = self._batch, []
-        if not batch:
-            time.sleep(min(timeout, 0.01))
-        refused = any(r.seq == REFUSED_SEQ and r.topic != self._dlq for r, _ in batch)
-        for record, generation in batch:
-            err = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large") if refused else None
-            if err is None:
-                self.accepted.append(record)
-            elif self.failure is None:
-                self.failure = DeliveryFailure(record.seq, err.code(), err.str(), fatal=False)
-            self._on_delivery(record.seq, generation, err)
-        return len(batch)
-
-    def flush(self, timeout: float) -> int:
-        self.poll(0)
-        return 0
-
-    def close(self, timeout: float = 0.0) -> None:
-        self._batch.clear()
+def _refuse_on_its_topic(dlq_topic: str) -> Verdict:
+    """The broker refuses REFUSED_SEQ on its own topic (and so, `InMemoryPublisher` being a broker that
+    refuses whole batches, every record sent with it between two polls), and takes it on the DLQ topic."""
+    return lambda record: TOO_LARGE if record.seq == REFUSED_SEQ and record.topic != dlq_topic else None
 
 
 def _config(url: str, policy: str) -> BridgeConfig:
@@ -78,9 +48,10 @@ def _run(tmp_path: Path, policy: str) -> tuple[BridgeDaemon, list[list[KafkaReco
     config = _config(url, policy)
     by_producer: list[list[KafkaRecord]] = []
 
-    def new_publisher(_settings: dict[str, Any], on_delivery: Any) -> BatchRefusingPublisher:
-        by_producer.append([])
-        return BatchRefusingPublisher(by_producer[-1], config.dlq_topic_name, on_delivery)
+    def new_publisher(_settings: dict[str, Any], on_delivery: Any) -> InMemoryPublisher:
+        publisher = InMemoryPublisher(on_delivery, refuse=_refuse_on_its_topic(config.dlq_topic_name))
+        by_producer.append(publisher.delivered)
+        return publisher
 
     daemon = build_daemon(
         config,

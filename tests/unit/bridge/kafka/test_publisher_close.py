@@ -22,6 +22,7 @@ from bridge.kafka.producer_settings import producer_settings
 from bridge.kafka.publisher import DeliveryFailure, KafkaPublisher
 from bridge.kafka.testing import AcceptingTopicGuard
 from bridge.store.engine import make_engine
+from bridge.store.testing import InMemoryOutbox
 
 RTT_MS = 200  # the mock broker answers each request this late
 # Connecting to the broker as soon as metadata names it, rather than on librdkafka's next one-second tick,
@@ -39,11 +40,6 @@ class Reports:
 
     def __call__(self, seq: int, generation: int, err: KafkaError | None) -> None:
         self.seen.append((seq, generation, err))
-
-
-class ForgettingReader:
-    def forget_holes(self) -> None:
-        pass
 
 
 def _record(seq: int) -> KafkaRecord:
@@ -140,7 +136,7 @@ def test_a_rebuild_finishes_the_old_producer_before_it_builds_the_new_one(tmp_pa
     engine = make_engine(config.db_url.get_secret_value())
     daemon = build_daemon(config, publisher_factory=new_publisher, topic_guard=AcceptingTopicGuard(),
                           instance_id="unit", engine=engine)
-    term = daemon.new_term(0, ForgettingReader())  # type: ignore[arg-type]
+    term = daemon.new_term(0, InMemoryOutbox().reader())
     tracker = term.tracker
     old = term.publisher
     assert isinstance(old, KafkaPublisher)
