@@ -17,11 +17,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 
 class OtlpSink:
-    """`with OtlpSink() as sink:` listens on 127.0.0.1; `sink.endpoint` is the traces URL, `sink.spans` the count."""
+    """`with OtlpSink() as sink:` listens on 127.0.0.1; `sink.endpoint` is the traces URL, `sink.spans` the count.
+    With `keep=True` it also keeps each span, with the service that sent it, in `sink.kept` (for tests)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep: bool = False) -> None:
         self.spans = 0
         self.requests = 0
+        self.kept: list[tuple[str, Any]] = []
+        self._keep = keep
         self._lock = threading.Lock()
         sink = self
 
@@ -33,6 +36,11 @@ class OtlpSink:
                 with sink._lock:
                     sink.spans += count
                     sink.requests += 1
+                    if sink._keep:
+                        for resource in request.resource_spans:
+                            service = {a.key: a.value.string_value for a in resource.resource.attributes}
+                            sink.kept += [(service.get("service.name", ""), span)
+                                          for scope in resource.scope_spans for span in scope.spans]
                 answer = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")

@@ -4,15 +4,9 @@ messaging attributes of its acknowledged record, and a consumer that reads the h
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -20,6 +14,7 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from sqlalchemy import create_engine
 
+from bench.otlp_sink import OtlpSink
 from bridge.migrate import upgrade
 from bridge.tracing.context import parse_traceparent
 from bridge.writer import OutboxEvent, append
@@ -89,34 +84,6 @@ def test_an_event_written_in_a_span_reaches_a_consumer_in_the_same_trace_through
 
 
 
-class _Collector:
-    """An OTLP/HTTP trace receiver on loopback that keeps every span it is sent."""
-
-    def __init__(self) -> None:
-        self.spans: list[Any] = []
-        collector = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                for resource in ExportTraceServiceRequest.FromString(body).resource_spans:
-                    service = {a.key: a.value.string_value for a in resource.resource.attributes}["service.name"]
-                    collector.spans += [(service, span) for scope in resource.scope_spans for span in scope.spans]
-                answer = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, *_args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
-
-
 def test_otel_traces_exporter_turns_the_spans_on_and_they_are_exported_over_otlp(
     sqlite_url: str, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -127,8 +94,7 @@ def test_otel_traces_exporter_turns_the_spans_on_and_they_are_exported_over_otlp
         append(conn, [_event(1)])
     engine.dispose()
 
-    collector = _Collector()
-    try:
+    with OtlpSink(keep=True) as collector:
         # As an operator sets it: OTEL_TRACES_EXPORTER=otlp (the bridge's setting), the rest read by the SDK.
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", collector.endpoint)
@@ -138,9 +104,7 @@ def test_otel_traces_exporter_turns_the_spans_on_and_they_are_exported_over_otlp
         wait_until(lambda: bridge.daemon.tracker is not None and bridge.daemon.tracker.watermark == 1, 60,
                    "the event published")
         assert bridge.stop() == 0, "and its last spans exported as it stopped"
-    finally:
-        collector.server.shutdown()
-    [(service, span)] = collector.spans
+    [(service, span)] = collector.kept
     assert service == "outbox-bridge"
     assert span.name == f"publish {config.topic_for('order')}"
     assert span.trace_id == writer.trace_id.to_bytes(16, "big")
