@@ -221,9 +221,24 @@ class KafkaCluster:
         pid = read_pid(self.pid_file(node))
         return pid is not None and pid_alive(pid) and pid_is_ours(pid, self.marker(node))
 
+    def ports(self, node: int) -> list[int]:
+        """The ports node `node` listens on: the controller's for node 0 (or a single broker), its client port."""
+        if node == 0:
+            return [self.controller_port]
+        return [self.client_port(node)] + ([self.controller_port] if self.brokers == 1 else [])
+
     def start_node(self, node: int) -> None:
         if self.node_running(node):
             return
+        for port in self.ports(node):
+            # A node whose port is taken would exit at once and leave the wait for it to time out with a log
+            # that names a bind failure at best: say which port, and that the process on it is not ours.
+            if port_open(port):
+                raise StackError(
+                    f"Kafka {self.name} node {node} cannot start: port {port} on {HOST} is taken by a process this "
+                    f"stack did not start (a stack left running by another checkout, or a killed test run's "
+                    f"broker?). Find it with `ss -ltnp 'sport = :{port}'`, stop it, and start again."
+                )
         (RUN / "logs").mkdir(parents=True, exist_ok=True)
         config = self.home / f"node-{node}" / "server.properties"
         with open(self.log_file(node), "ab") as out:

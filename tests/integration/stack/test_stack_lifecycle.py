@@ -5,7 +5,10 @@ random ids does (base64url), and must not be taken for an option of `kafka-stora
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,3 +65,23 @@ def test_up_is_idempotent_and_down_leaves_nothing(tmp_path: Path) -> None:
     finally:
         _make("down", env)
     assert _stack_pids(run_dir) == set()
+
+
+@pytest.mark.timeout(120)
+def test_a_port_held_by_a_stranger_is_named_at_once_instead_of_a_wait_that_times_out(tmp_path: Path) -> None:
+    """A broker left running by a killed test run, or another checkout's stack, holds a port: `kafka-up` says
+    which port and stops before starting a node that could not bind it."""
+    env = {**os.environ, "OUTBOX_RUN_DIR": str(tmp_path / "run")}
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as stranger:
+        stranger.bind(("127.0.0.1", 0))
+        stranger.listen()
+        port = stranger.getsockname()[1]
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "ops" / "localstack.py"), "kafka-up", "--cluster", "kstranger",
+             "--brokers", "1", "--port", str(port)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=100, check=False)
+    assert result.returncode != 0
+    assert f"port {port} on 127.0.0.1 is taken by a process this stack did not start" in result.stdout + result.stderr
+    assert time.monotonic() - started < 60, "named at once, not after the wait for the broker"
+    assert not _stack_pids(tmp_path / "run"), "no node was started"
