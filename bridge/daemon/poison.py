@@ -52,9 +52,8 @@ class PoisonGate:
         self._checked_topics: dict[str, int] = {}
         # The producer refuses larger records before sending them (its `message.max.bytes`).
         self._producer_limit = producer_limit
-        #: `ce_source` in the cloudevents format; None in the plain one.
-        self._source = (topics.cloudevents_source.encode()
-                        if topics.record_format is RecordFormat.CLOUDEVENTS else None)
+        #: The configured record format's builder: the compiled `build_record` itself in the plain one.
+        self._build = record_builder(topics)
 
     def record_for(self, row: OutboxRow) -> KafkaRecord:
         """The record for a row, the dead-letter record, or PoisonEventError (policy `halt`)."""
@@ -68,10 +67,7 @@ class PoisonGate:
                 limit = self._producer_limit  # unroutable: build_record says so
             else:
                 limit = min(self._topic_limit(topic), self._producer_limit)
-            # One test per event; `build_record` stays a direct call of the compiled core.
-            if self._source is None:
-                return build_record(row, self._route, limit)
-            return build_cloudevent(row, self._route, self._source, limit)
+            return self._build(row, self._route, limit)
         except PoisonEventError as exc:
             self._metrics.poison_events.labels(policy=self._policy.value).inc()
             if self._policy is PoisonPolicy.HALT:
@@ -101,8 +97,7 @@ class PoisonGate:
 
 
 def record_builder(topics: TopicSection) -> Callable[[OutboxRow, Callable[[str], str], int], KafkaRecord]:
-    """`build_record`, or `build_cloudevent` with the configured source: for those that publish rows without a gate
-    (a range replay)."""
+    """`build_record`, or `build_cloudevent` with the configured source: the gate's, and a range replay's."""
     if topics.record_format is not RecordFormat.CLOUDEVENTS:
         return build_record
     source = topics.cloudevents_source.encode()
