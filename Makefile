@@ -123,8 +123,14 @@ status: $(STAMP) ## show which stack processes run
 # progress; the slowest tests are listed at the end (--durations in pyproject.toml).
 # The wheel and helm come first: the tests install the one (tests/integration/ops/test_wheel.py) and render the chart
 # with the other (test_helm_chart.py).
+# TEST_WORKERS pytest-xdist workers run the suite side by side: most integration tests wait on Kafka, PostgreSQL
+# and Spark more than they compute. Tests that hold something exclusive (a Spark session, the clusters on fixed
+# ports) stay on one worker each (tests/conftest.py, EXCLUSIVE_GROUPS); TEST_WORKERS=0 runs them one by one.
+TEST_WORKERS ?= 2
 test: sysdeps $(STAMP) jars $(WHEEL_STAMP) $(HELM) $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
-	OUTBOX_TEST_DIST=$(CURDIR)/$(DIST) OUTBOX_HELM=$(CURDIR)/$(HELM) $(PY) -m pytest -v $(PYTEST_ARGS)
+	$(PY) ops/localstack.py up --no-spark-jars
+	OUTBOX_TEST_DIST=$(CURDIR)/$(DIST) OUTBOX_HELM=$(CURDIR)/$(HELM) $(PY) -m pytest -v \
+		$(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-compiled
 
 test-compiled: $(STAMP) $(WHEEL_STAMP) ## the unit tests again, on a copy with the wheel's compiled core (.run/compiled)

@@ -25,7 +25,23 @@ LOCALSTACK = ROOT / "ops" / "localstack.py"
 KAFKA3_PORT = int(os.environ.get("OUTBOX_KAFKA3_PORT", "29092"))
 # Below the ephemeral range, apart from the others (controller 100 above).
 KSECURE_PORT = int(os.environ.get("OUTBOX_KSECURE_PORT", "27092"))
+RESTARTABLE_PG_PORT = int(os.environ.get("OUTBOX_RESTARTABLE_PG_PORT", "25532"))
 RUN_DIR = Path(os.environ.get("OUTBOX_RUN_DIR", ROOT / ".run")).resolve()
+
+
+#: What a test holds that no test on another worker may use at the same time, by the fixture that gives it.
+#: `make test` runs the suite on two workers (pytest-xdist, `--dist loadgroup`), and every test of one group
+#: runs on one worker, one after another: Spark (its tests keep two cores busy, so a second session on another
+#: worker only adds a JVM's start-up and compilation; the secured cluster's tests are with it because its
+#: pipeline test needs both) and the extra clusters on fixed ports, whose fault tests stop brokers and restart
+#: servers. The rest overlaps the Spark tests: it mostly waits on brokers, databases and processes.
+EXCLUSIVE_GROUPS = {
+    "spark": "spark",
+    "kafka_secure": "spark",
+    "kafka_cluster3": "kafka3",
+    "proxied_kafka": "proxied-kafka",
+    "restartable_pg": "restartable-pg",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -36,6 +52,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.unit)
         if f"{os.sep}integration{os.sep}" in path and not item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.integration)
+        item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
+
+
+def _worker_group(item: pytest.Item) -> str:
+    """The test's exclusive group, else its module: a module's tests stay on one worker, so a module-scoped
+    fixture is set up once (loadgroup would otherwise spread them one by one)."""
+    held = {EXCLUSIVE_GROUPS[name] for name in getattr(item, "fixturenames", ()) if name in EXCLUSIVE_GROUPS}
+    if len(held) > 1:
+        raise pytest.UsageError(f"{item.nodeid} uses fixtures of more than one exclusive group ({sorted(held)}): "
+                                "put them in one group in tests/conftest.py's EXCLUSIVE_GROUPS")
+    return held.pop() if held else item.nodeid.split("::", 1)[0]
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -64,10 +91,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 # ---------------------------------------------------------------------------------------- service sources
 
 
-def run_stack(*args: str) -> str:
+def run_stack(*args: str, env: dict[str, str] | None = None) -> str:
     """Run ops/localstack.py with this interpreter; fail the test run with its output if it fails."""
     result = subprocess.run(
-        [sys.executable, str(LOCALSTACK), *args], capture_output=True, text=True, check=False, cwd=ROOT
+        [sys.executable, str(LOCALSTACK), *args], capture_output=True, text=True, check=False, cwd=ROOT, env=env
     )
     if result.returncode != 0:
         raise RuntimeError(f"ops/localstack.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
@@ -251,10 +278,29 @@ def pg_admin_url(containers: _Containers) -> str:
     return local_stack_env()["OUTBOX_PG_ADMIN_URL"]
 
 
+@dataclass(frozen=True)
+class RestartablePostgres:
+    """A PostgreSQL server of a fault test's own (`restartable_pg`): the test restarts it at will."""
+
+    admin_url: str
+    env: dict[str, str]
+
+    def restart(self) -> None:
+        run_stack("pg-restart", env=self.env)
+
+
 @pytest.fixture(scope="session")
-def local_pg_admin_url() -> str:
-    """The local stack's own PostgreSQL, for fault tests that restart the server (like kafka_cluster3)."""
-    return local_stack_env()["OUTBOX_PG_ADMIN_URL"]
+def restartable_pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestartablePostgres]:
+    """A second PostgreSQL, started by the stack's own script under a run directory and port of its own, for
+    fault tests that restart the server: restarting the stack's server would cut every other test's
+    connections, and `make test` runs tests side by side. Stopped at the end of the session."""
+    env = {**os.environ, "OUTBOX_RUN_DIR": str(tmp_path_factory.mktemp("restartable-pg")),
+           "OUTBOX_PG_PORT": str(RESTARTABLE_PG_PORT)}
+    run_stack("pg-up", env=env)
+    try:
+        yield RestartablePostgres(f"postgresql+psycopg://postgres@127.0.0.1:{RESTARTABLE_PG_PORT}/postgres", env)
+    finally:
+        run_stack("pg-down", env=env)
 
 
 @pytest.fixture()
@@ -362,6 +408,15 @@ def spark_jars_dir() -> Path:
     return Path(run_stack("jars", "spark").strip().splitlines()[-1])
 
 
+#: For the tests' many tiny batches, CPU-bound on two cores: the JIT's quick tier only (C2 compiled Spark's
+#: generated classes for a third of the JVM's CPU, for code that runs a few times), and no adaptive re-planning of
+#: each small query. Together about a fifth less time per Spark test here; what a batch computes is unchanged.
+TEST_SPARK_CONF = {
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    "spark.sql.adaptive.enabled": "false",
+}
+
+
 @pytest.fixture(scope="session")
 def spark(spark_jars_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One local[2] Spark session with the cached jars, pinned to loopback."""
@@ -372,6 +427,7 @@ def spark(spark_jars_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
         jars_dir=spark_jars_dir,
         warehouse=tmp_path_factory.mktemp("warehouse"),
         shuffle_partitions=2,
+        extra_conf=TEST_SPARK_CONF,
     )
     yield session
     session.stop()

@@ -4,8 +4,6 @@ in Kafka."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -16,7 +14,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from bridge.migrate import upgrade
-from tests.conftest import LOCALSTACK, ROOT
+from tests.conftest import RestartablePostgres
 from tests.support import bridge_config, committed_seqs, head_seq, read_topic, seq_counts, start_bridge, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -42,9 +40,9 @@ def _write_until(url: str, stop: threading.Event, errors: list[str]) -> None:
 
 
 def test_postgresql_restart_mid_run_loses_nothing_and_the_bridge_keeps_going(
-    local_pg_admin_url, kafka_bootstrap
+    restartable_pg: RestartablePostgres, kafka_bootstrap: str
 ) -> None:
-    pg_admin_url = local_pg_admin_url
+    pg_admin_url = restartable_pg.admin_url
     # A database of our own rather than the postgres_url fixture, whose pooled admin connection would
     # not survive the restart to drop the database afterwards.
     name = f"t_{uuid.uuid4().hex[:12]}"
@@ -64,8 +62,7 @@ def test_postgresql_restart_mid_run_loses_nothing_and_the_bridge_keeps_going(
             time.sleep(2)
             before = bridge.daemon.tracker.watermark if bridge.daemon.tracker else 0
             started = time.monotonic()
-            subprocess.run([sys.executable, str(LOCALSTACK), "pg-restart"], cwd=ROOT, check=True,
-                           capture_output=True, timeout=120)
+            restartable_pg.restart()
             restart_s = time.monotonic() - started
             head_after_restart = head_seq(url)
             time.sleep(3)  # the application goes on writing after the restart
