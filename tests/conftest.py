@@ -44,6 +44,7 @@ EXCLUSIVE_GROUPS = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups given here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Tests under tests/unit are fast and need no service; everything under tests/integration is integration.
     for item in items:
@@ -53,6 +54,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if f"{os.sep}integration{os.sep}" in path and not item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.integration)
         item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With `--dist loadgroup`: refuse a pytest that loses the groups (pytest-xdist writes a test's group into its
+    id, which pytest 9.2 ignores: pytest-dev/pytest-xdist#1386) rather than run Spark twice and fault tests
+    against each other without a word."""
+    major, minor = (int(part) for part in pytest.__version__.split(".")[:2])
+    if config.getoption("dist", "no") == "loadgroup" and (major, minor) >= (9, 2):
+        raise pytest.UsageError(
+            f"pytest-xdist's --dist loadgroup does not group tests under pytest {pytest.__version__}: install the "
+            "pytest pyproject.toml pins (`make venv`), or run one test at a time (`make test TEST_WORKERS=0`)"
+        )
 
 
 def _worker_group(item: pytest.Item) -> str:
