@@ -211,6 +211,27 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def topic_configs(bootstrap: str, topic: str, timeout: float = 30) -> dict[str, str]:
+    """A topic's configs. On a cluster of several brokers, the one answering DescribeConfigs may not know a topic
+    the controller just created (UNKNOWN_TOPIC_OR_PART) for a moment: that is waited out, as the bridge's own
+    `TopicGuard.settle` does."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._config import ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            described = next(iter(admin.describe_configs([ConfigResource("topic", topic)]).values())).result(timeout)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+            continue
+        return {name: entry.value for name, entry in described.items()}
+
+
 def read_topic(bootstrap: str, topic: str, *, timeout: float = 120,
                isolation_level: str = "read_committed") -> list[Message]:
     """Every record in `topic` when the call starts, as a plain consumer reads it: partition after partition,

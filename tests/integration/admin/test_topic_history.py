@@ -9,24 +9,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient
 
 from bridge.config import BridgeConfig
 from bridge.doctor import BridgeDoctor, Verdict
 from bridge.kafka.topics import TopicGuard
 from bridge.migrate import upgrade
 from bridge.status import topics_command
-from tests.support import bridge_config, insert_events
+from tests.support import bridge_config, insert_events, topic_configs
 
 pytestmark = pytest.mark.integration
 
 SEVEN_DAYS_MS = 7 * 86_400_000
-
-
-def topic_configs(bootstrap: str, topic: str) -> dict[str, str]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    described = next(iter(admin.describe_configs([ConfigResource("topic", topic)]).values())).result(30)
-    return {name: entry.value for name, entry in described.items()}
 
 
 def topics_report(config: BridgeConfig, action: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:

@@ -19,6 +19,7 @@ from tests.support import (
     read_topic,
     seq_counts,
     start_bridge,
+    topic_configs,
     wait_until,
 )
 
@@ -26,13 +27,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 
 def _topic_settings(bootstrap: str, topic: str) -> tuple[set[int], str, str]:
-    from confluent_kafka.admin._config import ConfigResource
-
     admin = AdminClient({"bootstrap.servers": bootstrap})
     partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions.values()
-    config = next(iter(admin.describe_configs([ConfigResource("topic", topic)]).values())).result(30)
-    return ({len(p.replicas) for p in partitions}, config["min.insync.replicas"].value,
-            config["unclean.leader.election.enable"].value)
+    config = topic_configs(bootstrap, topic)
+    replicas = {len(p.replicas) for p in partitions}
+    return replicas, config["min.insync.replicas"], config["unclean.leader.election.enable"]
 
 
 def test_one_broker_down_loses_nothing_two_down_stall_without_moving_the_watermark(

@@ -7,9 +7,9 @@ import time
 import uuid
 
 from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support import read_topic
+from tests.support import read_topic, topic_configs
 
 
 def _produce(bootstrap: str, topic: str, values: list[str], idempotent: bool = True) -> dict[str, object]:
@@ -35,10 +35,9 @@ def test_rf3_min_isr2_survives_one_broker_refuses_without_two(kafka_cluster3) ->
     topic = f"durability.{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3,
                                   config={"min.insync.replicas": "2"})])[topic].result(30)
-    described = admin.describe_configs([ConfigResource("topic", topic)])
-    config = next(iter(described.values())).result(30)
-    assert config["min.insync.replicas"].value == "2"
-    assert config["unclean.leader.election.enable"].value == "false"
+    config = topic_configs(bootstrap, topic)
+    assert config["min.insync.replicas"] == "2"
+    assert config["unclean.leader.election.enable"] == "false"
     assert all(len(p.replicas) == 3 for p in admin.list_topics(topic, timeout=10).topics[topic].partitions.values())
 
     acknowledged: list[str] = []
