@@ -124,7 +124,7 @@ status: $(STAMP) ## show which stack processes run
 # The wheel and helm come first: the tests install the one (tests/integration/ops/test_wheel.py) and render the chart
 # with the other (test_helm_chart.py).
 # TEST_WORKERS pytest-xdist workers run the suite side by side: most integration tests wait on Kafka, PostgreSQL
-# and Spark more than they compute. Tests that hold something exclusive (a Spark session, the clusters on fixed
+# and Spark more than they compute. Tests that hold something exclusive (the clusters on fixed
 # ports) stay on one worker each (tests/conftest.py, EXCLUSIVE_GROUPS); TEST_WORKERS=0 runs them one by one.
 TEST_WORKERS ?= 2
 test: sysdeps $(STAMP) jars $(WHEEL_STAMP) $(HELM) $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
