@@ -66,3 +66,12 @@ class TopicSafetyError(OutboxError):
 
 class FencedError(OutboxError):
     """Another instance holds the lease for this bridge name; this one must stop writing."""
+
+
+class SchemaRegistryUnavailableError(PublishError):
+    """The schema registry could not be reached or failed on its side; the bridge retries, as for Kafka."""
+
+
+class SchemaMissingError(OutboxError):
+    """The registry has no usable schema for an event's subject; each event of that subject is poison until one
+    is registered (or, with `BRIDGE_SCHEMA_DIR`, until its file is there)."""

@@ -21,6 +21,7 @@ from sqlalchemy import select
 
 from bridge.config import BridgeConfig, KafkaConnection, TopicSection
 from bridge.core.records import DEFAULT_MAX_MESSAGE_BYTES, OutboxRow
+from bridge.daemon.assemble import schema_values
 from bridge.daemon.poison import producer_limit, record_builder
 from bridge.errors import ConfigurationError, OutboxError, PoisonEventError
 from bridge.kafka.access import KafkaAccessError, check_connection
@@ -112,7 +113,7 @@ def publish_range(config: BridgeConfig, request: ReplayRequest, show_progress: b
     def route(aggregate_type: str) -> str:
         return request.topic or config.topic_for(aggregate_type)
 
-    build_record = record_builder(config.topics)  # in the live bridge's record format
+    build_record = record_builder(config.topics, schema_values(config))  # in the live bridge's record format
     resolved = replace(request, from_seq=plan["from_seq"], to_seq=plan["to_seq"])
     engine = make_engine(config.db_url.get_secret_value())
     publisher = KafkaPublisher(producer_settings(config.producer, client_id=f"outbox-replay-{config.bridge_name}").conf,

@@ -3,7 +3,7 @@
 `load_config` (`loading`) layers flags over environment variables over a TOML file over defaults into a
 `BridgeConfig` (`model`), whose fields are the settings as loaded (`settings`, named by `env_names`). Each
 part of the bridge is given only the section it uses (`sections`): `database`, `kafka`, `producer`, `topics`,
-`loop`, `retention_section`. Topic templates and legal topic names are in `templates`; what the logs and the
+`loop`, `retention_section`, `schemas`. Topic templates and legal topic names are in `templates`; what the logs and the
 refusals show of credentials, in `masking`.
 """
 
@@ -17,6 +17,7 @@ from bridge.config.sections import (
     LoopSection,
     ProducerSection,
     RetentionSection,
+    SchemaSection,
     TopicSection,
 )
 from bridge.config.settings import (
@@ -26,6 +27,8 @@ from bridge.config.settings import (
     PoisonPolicy,
     ProducerValue,
     RecordFormat,
+    SubjectNaming,
+    ValueFormat,
     parse_duration,
     parse_start_from,
 )
@@ -49,7 +52,10 @@ __all__ = [
     "ProducerValue",
     "RecordFormat",
     "RetentionSection",
+    "SchemaSection",
+    "SubjectNaming",
     "TopicSection",
+    "ValueFormat",
     "is_legal_topic_name",
     "load_config",
     "mask_url",

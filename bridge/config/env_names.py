@@ -26,6 +26,12 @@ ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType(
         "dlq_topic": "BRIDGE_DLQ_TOPIC",
         "record_format": "BRIDGE_RECORD_FORMAT",
         "cloudevents_source": "BRIDGE_CLOUDEVENTS_SOURCE",
+        "value_format": "BRIDGE_VALUE_FORMAT",
+        "schema_registry_url": "BRIDGE_SCHEMA_REGISTRY_URL",
+        "schema_registry_user": "BRIDGE_SCHEMA_REGISTRY_USER",
+        "schema_registry_password": "BRIDGE_SCHEMA_REGISTRY_PASSWORD",
+        "schema_subjects": "BRIDGE_SCHEMA_SUBJECTS",
+        "schema_dir": "BRIDGE_SCHEMA_DIR",
         # The standard OpenTelemetry variable, read by the bridge as its own setting; the SDK reads the other OTEL_*.
         "traces_exporter": "OTEL_TRACES_EXPORTER",
         "topic_partitions": "BRIDGE_TOPIC_PARTITIONS",

@@ -24,9 +24,10 @@ from bridge.config.sections import (
     LoopSection,
     ProducerSection,
     RetentionSection,
+    SchemaSection,
     TopicSection,
 )
-from bridge.config.settings import BridgeSettings, RecordFormat, parse_duration
+from bridge.config.settings import BridgeSettings, RecordFormat, ValueFormat, parse_duration
 from bridge.config.templates import is_legal_topic_name, render_template, topic_pattern
 from bridge.kafka.client_security import SecurityProtocol, connection_settings, security_conflicts
 
@@ -61,6 +62,25 @@ class BridgeConfig(BridgeSettings):
                 "KAFKA_SSL_CA_LOCATION settings also set; give each in one place"
             )
         return self
+
+    def _registry_agrees(self) -> None:
+        env = ENV_NAMES
+        registry = ("schema_registry_url", "schema_registry_user", "schema_registry_password", "schema_dir")
+        if self.value_format is not ValueFormat.JSON_SCHEMA:
+            given = [env[name] for name in registry if getattr(self, name) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} set but {env['value_format']}={self.value_format.value}: "
+                                 f"set {env['value_format']}=json-schema to use a registry, or unset them")
+            return
+        if self.schema_registry_url is None:
+            raise ValueError(f"{env['value_format']}=json-schema needs {env['schema_registry_url']}")
+        if (self.schema_registry_user is None) != (self.schema_registry_password is None):
+            raise ValueError(f"give both {env['schema_registry_user']} and {env['schema_registry_password']}, "
+                             "or neither")
+        if self.record_format is RecordFormat.CLOUDEVENTS:
+            # A CloudEvent in binary mode says `content-type: application/json`; a framed value is not that.
+            raise ValueError(f"{env['value_format']}=json-schema and {env['record_format']}=cloudevents do not "
+                             "go together: choose one")
 
     def _typed_security(self) -> dict[str, Any]:
         typed: dict[str, Any] = {}
@@ -113,6 +133,7 @@ class BridgeConfig(BridgeSettings):
                 f"{env['cloudevents_source']} is set but {env['record_format']}={self.record_format.value}: only "
                 f"CloudEvents records carry a source; set {env['record_format']}=cloudevents, or unset it"
             )
+        self._registry_agrees()
         if self.topic_for_pattern().fullmatch(self.dlq_topic_name):
             raise ValueError(
                 f"{env['dlq_topic']} renders {self.dlq_topic_name!r}, which is also an event topic of "
@@ -209,6 +230,19 @@ class BridgeConfig(BridgeSettings):
             outbox_retention=self.retention_period,
             record_format=self.record_format,
             cloudevents_source=self.ce_source,
+        )
+
+    @cached_property
+    def schemas(self) -> SchemaSection | None:
+        """The schema registry of the json-schema value format, or None for plain JSON values."""
+        if self.value_format is not ValueFormat.JSON_SCHEMA or self.schema_registry_url is None:
+            return None
+        return SchemaSection(
+            url=self.schema_registry_url,
+            naming=self.schema_subjects,
+            user=self.schema_registry_user,
+            password=self.schema_registry_password,
+            schema_dir=Path(self.schema_dir).expanduser() if self.schema_dir else None,
         )
 
     @cached_property

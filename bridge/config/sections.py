@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
 
 from bridge.config.masking import mask_url
-from bridge.config.settings import Compression, PoisonPolicy, ProducerValue, RecordFormat
+from bridge.config.settings import Compression, PoisonPolicy, ProducerValue, RecordFormat, SubjectNaming
 from bridge.config.templates import is_legal_topic_name, render_template
 from bridge.kafka.producer_settings import ProducerSettings, producer_settings
 from bridge.kafka.topics import TopicPolicy
@@ -126,6 +127,25 @@ class TopicSection:
                 "(1 to 249 of [a-zA-Z0-9._-])"
             )
         return topic
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaSection:
+    """The schema registry of the json-schema value format: where it is, how to log in, how subjects are named
+    and, when set, the directory of schemas the bridge registers itself."""
+
+    url: str
+    naming: SubjectNaming
+    user: str | None = None
+    password: SecretStr | None = None
+    schema_dir: Path | None = None
+
+    def client_conf(self) -> dict[str, Any]:
+        """The dict for confluent-kafka's `SchemaRegistryClient`: holds the password in clear, never log it."""
+        conf: dict[str, Any] = {"url": self.url}
+        if self.user is not None and self.password is not None:
+            conf["basic.auth.user.info"] = f"{self.user}:{self.password.get_secret_value()}"
+        return conf
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,23 @@ class RecordFormat(StrEnum):
     CLOUDEVENTS = "cloudevents"
 
 
+class ValueFormat(StrEnum):
+    """What a record's value is: the payload bytes as written, or those bytes validated against the event type's
+    JSON Schema in a schema registry and framed with its id (the registry's wire format)."""
+
+    JSON = "json"
+    JSON_SCHEMA = "json-schema"
+
+
+class SubjectNaming(StrEnum):
+    """Which registry subject an event's schema is under: Confluent's TopicRecordNameStrategy (`<topic>-<event
+    type>`), RecordNameStrategy (`<event type>`) or TopicNameStrategy (`<topic>-value`)."""
+
+    TOPIC_RECORD = "topic-record"
+    RECORD = "record"
+    TOPIC = "topic"
+
+
 class Compression(StrEnum):
     """Producer compression codecs (librdkafka `compression.type`)."""
 
@@ -157,6 +174,14 @@ class BridgeSettings(LayeredSettings):
     cloudevents_source: str | None = Field(
         default=None, description="ce_source of every record (cloudevents); unset: urn:outbox-bridge:<bridge name>"
     )
+    value_format: ValueFormat = Field(default=ValueFormat.JSON, description="json, or json-schema (a registry)")
+    schema_registry_url: str | None = Field(default=None, description="schema registry (Confluent API) for json-schema")
+    schema_registry_user: str | None = Field(default=None, min_length=1, description="registry basic-auth user")
+    schema_registry_password: SecretStr | None = Field(default=None, description="registry basic-auth password")
+    schema_subjects: SubjectNaming = Field(default=SubjectNaming.TOPIC_RECORD, description="subject naming")
+    schema_dir: str | None = Field(
+        default=None, description="register <dir>/<event_type>.json under each subject; unset: look schemas up"
+    )
     traces_exporter: str | None = Field(
         default=None,
         description="OpenTelemetry exporters of the bridge's publish spans (otlp, console, ...); unset or none: off",
@@ -248,6 +273,20 @@ class BridgeSettings(LayeredSettings):
         # A URI-reference (RFC 3986) has no spaces or control characters; anything finer is the consumers' call.
         if not value or any(c.isspace() or not c.isprintable() for c in value):
             raise ValueError("must be a URI-reference without spaces, e.g. urn:orders or https://shop.example/orders")
+        return value
+
+    @field_validator("schema_registry_url")
+    @classmethod
+    def _registry_url_is_http(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value.strip()):
+            raise ValueError("expected http(s)://host:port[/path], e.g. http://127.0.0.1:8081/apis/ccompat/v7")
+        return None if value is None else value.strip().rstrip("/")
+
+    @field_validator("schema_dir")
+    @classmethod
+    def _schema_dir_exists(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).expanduser().is_dir():
+            raise ValueError("no such directory; give the one holding <event_type>.json schema files")
         return value
 
     @field_validator("traces_exporter")

@@ -2,7 +2,8 @@
 
 Each collaborator gets the section it uses: the engine the database section, the producer the producer section
 (`as_librdkafka_dict()`), the topic guard and the poison gate the topic section, the loop its own. With tracing on
-(`OTEL_TRACES_EXPORTER`), the producer is a `TracedPublisher`. Tests that want other collaborators (an in-memory
+(`OTEL_TRACES_EXPORTER`), the producer is a `TracedPublisher`; with `BRIDGE_VALUE_FORMAT=json-schema` the gate
+frames values with the registry's schemas. Tests that want other collaborators (an in-memory
 publisher, a topic guard that accepts everything, a reader over a fault proxy) pass them here, or build
 `BridgeDaemon` directly.
 """
@@ -26,6 +27,7 @@ from bridge.kafka.access import check_connection
 from bridge.kafka.publisher import DeliveryCallback, KafkaPublisher, Publisher
 from bridge.kafka.topics import TopicChecker, TopicGuard
 from bridge.metrics import BridgeMetrics
+from bridge.schemas.values import SchemaValues
 from bridge.store.engine import make_engine, make_reader
 from bridge.store.failures import store_error
 from bridge.store.instances import InstanceBoard
@@ -125,7 +127,22 @@ def build_daemon(
         # For the refusal messages (principal, bootstrap, CA): no need to hold the password there.
         kafka_conf={k: v for k, v in client_conf.items() if k != "sasl.password"},
         outbox=database.masked_url,
+        values=schema_values(config),
     )
+
+
+def schema_values(config: BridgeConfig) -> SchemaValues | None:
+    """The registry's framing of values in the json-schema format, None in plain JSON. The registry client (the
+    `schema-registry` extra) is imported only here, so a bridge without it never loads it."""
+    section = config.schemas
+    if section is None:
+        return None
+    from bridge.schemas.catalog import RegistryCatalog, registry_client
+
+    log.info("values in the schema registry's wire format, each payload validated against its JSON Schema",
+             extra={"registry": section.url, "subjects": section.naming.value,
+                    "registers_from": str(section.schema_dir) if section.schema_dir else None})
+    return SchemaValues(RegistryCatalog(registry_client(section), section.naming, section.schema_dir))
 
 
 def _nothing() -> None:

@@ -48,6 +48,7 @@ from bridge.exits import EXIT_DB_LOGIN, EXIT_OK, EXIT_UNSAFE, EXIT_USAGE
 from bridge.kafka.access import KafkaAccessError
 from bridge.kafka.topics import TopicChecker
 from bridge.metrics import BridgeMetrics
+from bridge.schemas.values import SchemaValues
 from bridge.store import instances
 from bridge.store.audit import requester
 from bridge.store.instances import InstanceBoard
@@ -96,6 +97,7 @@ class BridgeDaemon:
         instances: InstanceBoard | None = None,
         kafka_conf: Mapping[str, Any] = MappingProxyType({}),
         outbox: str = "",
+        values: SchemaValues | None = None,
     ) -> None:
         if (retention is None) != (retention_pass is None):
             raise ValueError("retention and retention_pass go together")
@@ -116,7 +118,7 @@ class BridgeDaemon:
             settings=settings, instance_id=self.instance_id, leadership=self.leadership, offsets=offsets,
             new_publisher=new_publisher,
             gate=PoisonGate(topics, settings.poison_policy, topic_guard, self.metrics, refusals, producer_limit,
-                            on_dead_letter=persisting.dead_letter_sent, outbox=outbox),
+                            on_dead_letter=persisting.dead_letter_sent, outbox=outbox, values=values),
             refusals=refusals, settled=SettledHoles(), persisting=persisting, tally=self._tally,
             metrics=self.metrics, stop=self._stop, kafka_conf=kafka_conf,
         )

@@ -1,10 +1,11 @@
 """From a row to the record the bridge sends, under the poison policy.
 
 A row becomes its record in the configured format (`bridge.core.records.build_record`, or
-`bridge.core.cloudevents.build_cloudevent`) with each topic checked, or created, the first time it is used. A row
-that can never be published as it is (too large, unroutable, refused by Kafka alone) is poison: under `halt` the
-gate raises `PoisonEventError` naming it, under `dead-letter` it returns the record for the dead-letter topic
-instead. The gate decides; the loop sends.
+`bridge.core.cloudevents.build_cloudevent`; with `BRIDGE_VALUE_FORMAT=json-schema` its value then validated and
+framed by `bridge.schemas.values`) with each topic checked, or created, the first time it is used. A row that
+can never be published as it is (too large, unroutable, refused by Kafka alone, failing its schema) is poison:
+under `halt` the gate raises `PoisonEventError` naming it, under `dead-letter` it returns the record for the
+dead-letter topic instead. The gate decides; the loop sends.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from bridge.core.records import (
     payload_complete,
 )
 from bridge.core.refusals import Refusals
+from bridge.core.wire_format import PREFIX_BYTES
 from bridge.errors import PoisonEventError
 from bridge.kafka.topics import TopicChecker
 from bridge.metrics import BridgeMetrics
+from bridge.schemas.values import SchemaValues
 from bridge.store.dead_letters import DeadLetter
 
 log = logging.getLogger("bridge.daemon")
@@ -40,7 +43,8 @@ class PoisonGate:
 
     def __init__(self, topics: TopicSection, policy: PoisonPolicy, guard: TopicChecker, metrics: BridgeMetrics,
                  refusals: Refusals, producer_limit: int = PRODUCER_MAX_MESSAGE_BYTES,
-                 on_dead_letter: Callable[[DeadLetter], None] = lambda _letter: None, outbox: str = "") -> None:
+                 on_dead_letter: Callable[[DeadLetter], None] = lambda _letter: None, outbox: str = "",
+                 values: SchemaValues | None = None) -> None:
         self._topics = topics
         self._on_dead_letter = on_dead_letter
         self._outbox = outbox
@@ -52,8 +56,9 @@ class PoisonGate:
         self._checked_topics: dict[str, int] = {}
         # The producer refuses larger records before sending them (its `message.max.bytes`).
         self._producer_limit = producer_limit
-        #: The configured record format's builder: the compiled `build_record` itself in the plain one.
-        self._build = record_builder(topics)
+        #: The configured format's builder: the compiled `build_record` itself in the plain one; with json-schema
+        #: values, each value validated and framed.
+        self._build = record_builder(topics, values)
 
     def record_for(self, row: OutboxRow) -> KafkaRecord:
         """The record for a row, the dead-letter record, or PoisonEventError (policy `halt`)."""
@@ -96,8 +101,17 @@ class PoisonGate:
         return limit
 
 
-def record_builder(topics: TopicSection) -> Callable[[OutboxRow, Callable[[str], str], int], KafkaRecord]:
-    """`build_record`, or `build_cloudevent` with the configured source: the gate's, and a range replay's."""
+def record_builder(topics: TopicSection, values: SchemaValues | None = None,
+                   ) -> Callable[[OutboxRow, Callable[[str], str], int], KafkaRecord]:
+    """`build_record`, `build_cloudevent` with the configured source, or framed values: the gate's, and a range
+    replay's."""
+    if values is not None:
+        framing = values
+
+        def framed(row: OutboxRow, route: Callable[[str], str], limit: int) -> KafkaRecord:
+            return framing.framed(row, build_record(row, route, limit - PREFIX_BYTES))
+
+        return framed
     if topics.record_format is not RecordFormat.CLOUDEVENTS:
         return build_record
     source = topics.cloudevents_source.encode()

@@ -29,6 +29,7 @@ from bridge.errors import (
     DatabaseTlsError,
     FencedError,
     PoisonEventError,
+    SchemaRegistryUnavailableError,
     TopicSafetyError,
     TransientStoreError,
 )
@@ -115,10 +116,10 @@ class Term:
                     try:
                         read_any = self._read_and_send()
                         backoff.reset()
-                    except (TransientStoreError, KafkaException) as exc:
-                        # The database (reading rows) or the admin API (checking a new topic) failed:
-                        # nothing is lost, the next read starts after the last seq handed to Kafka.
-                        self._tally.error("database" if isinstance(exc, TransientStoreError) else "admin", exc)
+                    except (TransientStoreError, KafkaException, SchemaRegistryUnavailableError) as exc:
+                        # The database (reading rows), the admin API (checking a new topic) or the schema
+                        # registry failed: nothing is lost, the next read starts after the last seq handed to Kafka.
+                        self._tally.error(_failed_part(exc), exc)
                         delay = backoff.next_delay()
                         log.warning("reading or routing failed; retrying",
                                     extra={"error": str(exc), "retry_in_s": round(delay, 3)})
@@ -337,3 +338,10 @@ class Term:
             self.leadership.lost()
         log.info("stopped", extra={"watermark": tracker.watermark, "exit_code": ending.code})
         return ending
+
+
+def _failed_part(exc: Exception) -> str:
+    """The `kind` label of a failed read or routing on `outbox_publish_errors_total`."""
+    if isinstance(exc, TransientStoreError):
+        return "database"
+    return "registry" if isinstance(exc, SchemaRegistryUnavailableError) else "admin"

@@ -1,0 +1,114 @@
+"""The registry side of `BRIDGE_VALUE_FORMAT=json-schema`: which subject an event's schema is under, and its id
+and validator, asked of the registry through confluent-kafka's `SchemaRegistryClient` (Confluent's REST API,
+which Apicurio serves at `/apis/ccompat/v7`).
+
+Subjects follow Confluent's strategies, by `BRIDGE_SCHEMA_SUBJECTS`: `topic-record` (the default,
+TopicRecordNameStrategy with the event type as the record name: `<topic>-<event_type>`, one schema per event
+type, and a topic may carry several types), `record` (`<event_type>`, the same schema on every topic) or
+`topic` (TopicNameStrategy, `<topic>-value`: one schema for every type on the topic). Confluent's deserializer
+reads the id from each value, so consumers need no setting for any of them.
+
+Without `BRIDGE_SCHEMA_DIR` the latest version of each subject is used, as it stood when first asked (a later
+version is taken after a restart). With it, `<dir>/<event_type>.json` is registered under the subject (the
+registry returns the id it already has for the same schema) and used. Imported only when the format is on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+# The HTTP client the registry client uses (httpx2, or httpx where that is missing), as the library picks it: the
+# transport errors it lets through (refused connection, timeout) are the registry being unavailable.
+from confluent_kafka.schema_registry.common._httpx_compat import httpx
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from jsonschema import exceptions as schema_errors
+from jsonschema import validators
+
+from bridge.config import SchemaSection, SubjectNaming
+from bridge.core.wire_format import schema_prefix
+from bridge.errors import ConfigurationError, SchemaMissingError, SchemaRegistryUnavailableError
+from bridge.schemas.values import RegisteredSchema
+
+
+def subject_for(naming: SubjectNaming, topic: str, event_type: str) -> str:
+    """The subject an event's schema is registered under."""
+    if naming is SubjectNaming.TOPIC:
+        return f"{topic}-value"
+    if naming is SubjectNaming.RECORD:
+        return event_type
+    return f"{topic}-{event_type}"
+
+
+def registry_client(section: SchemaSection) -> SchemaRegistryClient:
+    """The client for the configured registry (basic auth when a user is set)."""
+    return SchemaRegistryClient(section.client_conf())
+
+
+class RegistryCatalog:
+    """A `SchemaLookup` over a registry: one request per subject (`SchemaValues` keeps the answers)."""
+
+    def __init__(self, client: SchemaRegistryClient, naming: SubjectNaming, schema_dir: Path | None = None) -> None:
+        self._client = client
+        self._naming = naming
+        self._dir = schema_dir
+
+    def __call__(self, topic: str, event_type: str) -> RegisteredSchema:
+        subject = subject_for(self._naming, topic, event_type)
+        try:
+            if self._dir is None:
+                latest = self._client.get_latest_version(subject)
+                schema_id, text = latest.schema_id, latest.schema.schema_str
+            else:
+                text = self._schema_file(subject, event_type)
+                schema_id = self._client.register_schema(subject, Schema(text, "JSON"))
+        except SchemaRegistryError as exc:
+            raise _registry_error(subject, exc) from exc
+        except httpx.TransportError as exc:
+            raise SchemaRegistryUnavailableError(f"the schema registry is unreachable ({exc}); retrying") from exc
+        if schema_id is None or not text:
+            raise SchemaMissingError(f"the registry returned no schema for subject {subject}")
+        return RegisteredSchema(subject, schema_id, schema_prefix(schema_id), _checker(subject, schema_id, text))
+
+    def _schema_file(self, subject: str, event_type: str) -> str:
+        assert self._dir is not None
+        path = self._dir / f"{event_type}.json"
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SchemaMissingError(f"no schema for subject {subject}: cannot read {path} ({exc.strerror}); "
+                                     "add the event type's JSON Schema there") from exc
+
+
+def _registry_error(subject: str, exc: SchemaRegistryError) -> Exception:
+    status = exc.http_status_code
+    if status in (401, 403):
+        return ConfigurationError(f"the schema registry refused the bridge ({exc}): check "
+                                  "BRIDGE_SCHEMA_REGISTRY_USER and BRIDGE_SCHEMA_REGISTRY_PASSWORD")
+    if status == 404:
+        return SchemaMissingError(f"no schema registered for subject {subject} ({exc}): register the event type's "
+                                  "JSON Schema there, or set BRIDGE_SCHEMA_DIR to let the bridge register it")
+    if 400 <= status < 500:  # 409 incompatible with the subject's versions, 422 not a valid schema
+        return SchemaMissingError(f"the registry refused the schema of subject {subject} ({exc})")
+    return SchemaRegistryUnavailableError(f"the schema registry failed on subject {subject} ({exc}); retrying")
+
+
+def _checker(subject: str, schema_id: int, text: str) -> Any:
+    """The validator of a JSON Schema text, as a function giving None for a valid value or why it is not."""
+    try:
+        schema = json.loads(text)
+        validator_class = validators.validator_for(schema)
+        validator_class.check_schema(schema)
+    except (ValueError, schema_errors.SchemaError) as exc:
+        raise SchemaMissingError(f"the schema of subject {subject} (id {schema_id}) is not a valid JSON Schema: "
+                                 f"{exc}") from exc
+    validator = validator_class(schema)
+
+    def check(value: Any) -> str | None:
+        error = schema_errors.best_match(validator.iter_errors(value))
+        return None if error is None else f"{error.message} at {error.json_path}"
+
+    return check

@@ -1,0 +1,139 @@
+"""The registry side of the json-schema format, on confluent-kafka's own in-memory registry client: subjects by
+Confluent's strategies, the latest version looked up or a schema file registered, each registry answer turned
+into poison, a retry or a refused configuration; and values the bridge frames read back by Confluent's
+JSONDeserializer."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("confluent_kafka.schema_registry", reason="needs the schema-registry extra")
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry._sync.mock_schema_registry_client import MockSchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from bridge.config import SubjectNaming
+from bridge.core.records import OutboxRow, build_record
+from bridge.core.wire_format import unframe
+from bridge.errors import (
+    ConfigurationError,
+    PoisonEventError,
+    SchemaMissingError,
+    SchemaRegistryUnavailableError,
+)
+from bridge.schemas.catalog import RegistryCatalog, subject_for
+from bridge.schemas.values import SchemaValues
+
+pytestmark = pytest.mark.unit
+
+TOPIC = "outbox.event.order"
+ORDER_PLACED = json.dumps({
+    "$schema": "http://json-schema.org/draft-07/schema#", "title": "OrderPlaced", "type": "object",
+    "properties": {"total": {"type": "number"}, "currency": {"type": "string"}},
+    "required": ["total", "currency"],
+})
+
+
+def _registry() -> SchemaRegistryClient:
+    return MockSchemaRegistryClient({"url": "mock://"})
+
+
+def _row(payload: str, seq: int = 1) -> OutboxRow:
+    return OutboxRow(seq=seq, event_id=f"ev-{seq}", aggregate_type="order", aggregate_id="o-1",
+                     event_type="OrderPlaced", payload=payload, headers=None,
+                     occurred_at=datetime(2025, 6, 1, 8, 30, tzinfo=UTC), schema_version=1)
+
+
+def _route(aggregate_type: str) -> str:
+    return f"outbox.event.{aggregate_type}"
+
+
+@pytest.mark.parametrize(("naming", "subject"), [
+    (SubjectNaming.TOPIC_RECORD, "outbox.event.order-OrderPlaced"),
+    (SubjectNaming.RECORD, "OrderPlaced"),
+    (SubjectNaming.TOPIC, "outbox.event.order-value"),
+])
+def test_subjects_follow_confluents_strategies(naming: SubjectNaming, subject: str) -> None:
+    assert subject_for(naming, TOPIC, "OrderPlaced") == subject
+
+
+def test_the_latest_version_of_the_subject_is_used_and_confluents_deserializer_reads_the_value() -> None:
+    registry = _registry()
+    schema_id = registry.register_schema(f"{TOPIC}-OrderPlaced", Schema(ORDER_PLACED, "JSON"))
+    values = SchemaValues(RegistryCatalog(registry, SubjectNaming.TOPIC_RECORD))
+    row = _row('{"total": 12.5, "currency": "EUR"}')
+    record = values.framed(row, build_record(row, _route))
+    assert unframe(record.value) == (schema_id, row.payload.encode())
+    read = JSONDeserializer(None, schema_registry_client=registry)
+    assert read(record.value, SerializationContext(TOPIC, MessageField.VALUE)) == {"total": 12.5, "currency": "EUR"}
+
+
+def test_a_payload_failing_the_registered_schema_is_poison_saying_where() -> None:
+    registry = _registry()
+    registry.register_schema(f"{TOPIC}-OrderPlaced", Schema(ORDER_PLACED, "JSON"))
+    values = SchemaValues(RegistryCatalog(registry, SubjectNaming.TOPIC_RECORD))
+    row = _row('{"total": "12.5", "currency": "EUR"}', seq=9)
+    with pytest.raises(PoisonEventError) as raised:
+        values.framed(row, build_record(row, _route))
+    assert raised.value.seq == 9
+    assert "'12.5' is not of type 'number' at $.total" in raised.value.reason
+
+
+def test_a_subject_without_a_schema_says_how_to_register_one() -> None:
+    catalog = RegistryCatalog(_registry(), SubjectNaming.TOPIC_RECORD)
+    with pytest.raises(SchemaMissingError) as raised:
+        catalog(TOPIC, "OrderPlaced")
+    assert f"no schema registered for subject {TOPIC}-OrderPlaced" in str(raised.value)
+    assert "BRIDGE_SCHEMA_DIR" in str(raised.value)
+
+
+def test_with_a_schema_dir_the_events_schema_file_is_registered_once(tmp_path: Path) -> None:
+    (tmp_path / "OrderPlaced.json").write_text(ORDER_PLACED)
+    registry = _registry()
+    catalog = RegistryCatalog(registry, SubjectNaming.RECORD, tmp_path)
+    first = catalog(TOPIC, "OrderPlaced")
+    again = catalog("outbox.event.archive", "OrderPlaced")
+    assert first.schema_id == again.schema_id
+    assert registry.get_latest_version("OrderPlaced").version == 1
+    with pytest.raises(SchemaMissingError, match=r"OrderShipped\.json"):
+        catalog(TOPIC, "OrderShipped")
+
+
+def test_a_registered_text_that_is_no_json_schema_is_refused_as_unusable(tmp_path: Path) -> None:
+    (tmp_path / "OrderPlaced.json").write_text('{"type": 12}')
+    with pytest.raises(SchemaMissingError, match="not a valid JSON Schema"):
+        RegistryCatalog(_registry(), SubjectNaming.TOPIC_RECORD, tmp_path)(TOPIC, "OrderPlaced")
+
+
+class _Failing(MockSchemaRegistryClient):
+    def __init__(self, error: Exception) -> None:
+        super().__init__({"url": "mock://"})
+        self.error = error
+
+    def get_latest_version(self, subject_name: str, fmt: str | None = None) -> object:
+        raise self.error
+
+
+@pytest.mark.parametrize(("error", "raised"), [
+    (SchemaRegistryError(500, 50001, "storage failed"), SchemaRegistryUnavailableError),
+    (SchemaRegistryError(401, 40101, "unauthorized"), ConfigurationError),
+    (SchemaRegistryError(403, 40301, "forbidden"), ConfigurationError),
+    (SchemaRegistryError(422, 42201, "invalid schema"), SchemaMissingError),
+])
+def test_registry_errors_become_a_retry_a_refused_configuration_or_poison(error: Exception,
+                                                                        raised: type[Exception]) -> None:
+    with pytest.raises(raised):
+        RegistryCatalog(_Failing(error), SubjectNaming.TOPIC_RECORD)(TOPIC, "OrderPlaced")
+
+
+def test_an_unreachable_registry_is_retried_not_poison() -> None:
+    client = SchemaRegistryClient({"url": "http://127.0.0.1:9", "max.retries": 0})
+    with pytest.raises(SchemaRegistryUnavailableError, match="unreachable"):
+        RegistryCatalog(client, SubjectNaming.TOPIC_RECORD)(TOPIC, "OrderPlaced")
