@@ -119,6 +119,12 @@ down: ## stop every process the local stack started (and the Spark cluster of SP
 status: $(STAMP) ## show which stack processes run
 	$(PY) ops/localstack.py status
 
+registry-up: $(STAMP) ## start a schema registry (Apicurio, Confluent's API; in memory) for BRIDGE_VALUE_FORMAT=json-schema
+	$(PY) ops/localstack.py registry-up
+
+registry-down: ## stop the schema registry (`make down` stops it too)
+	@if [ -x $(PY) ]; then $(PY) ops/localstack.py registry-down; else $(PYTHON) ops/localstack.py registry-down; fi
+
 # sysdeps first, so the run says what it installs before it starts. -v: one line per test, so a long file shows
 # progress; the slowest tests are listed at the end (--durations in pyproject.toml).
 # The wheel and helm come first: the tests install the one (tests/integration/ops/test_wheel.py) and render the chart
@@ -153,4 +159,4 @@ bench: $(STAMP) jars ## run the benchmark suite on the bridge installed from the
 clean: down ## stop the stack and remove .run (keeps .venv and .cache)
 	rm -rf .run
 
-.PHONY: help venv sysdeps mssql-driver wheel helm demo-jars jars up down status test test-compiled test-unit lint demo bench clean
+.PHONY: help venv sysdeps mssql-driver wheel helm demo-jars jars up down status registry-up registry-down test test-compiled test-unit lint demo bench clean

@@ -1,4 +1,5 @@
-"""The local stack without Docker: Kafka (KRaft), PostgreSQL and Kafka Connect as processes on loopback.
+"""The local stack without Docker: Kafka (KRaft), PostgreSQL, Kafka Connect and a schema registry as processes on
+loopback.
 
 `ops/localstack.py` and `ops/connect.py` are its command lines; tests and benchmarks put `ops/` on
 `sys.path` and import the parts they drive:
@@ -10,6 +11,7 @@
   `--secure` cluster adds (TLS, SCRAM users, ACLs, the client settings);
 - `postgres`: `Postgres`, a private server with TLS; `certificates`: its CA and server certificate;
 - `connect`: `ConnectWorker`, a Kafka Connect worker for Debezium; `connect_api`: its REST API;
+- `registry`: `SchemaRegistry`, Apicurio Registry with Confluent's API, for the json-schema value format;
 - `cli`: the commands of `ops/localstack.py`, and `.run/stack.env`, which `up` writes.
 
 Modules import each other as `stack.<module>`, from the bottom up (places, processes, then the services,

@@ -1,4 +1,5 @@
-"""The local stack without Docker: Apache Kafka brokers (KRaft) and PostgreSQL as processes on loopback.
+"""The local stack without Docker: Apache Kafka brokers (KRaft), PostgreSQL and, on demand, a schema registry as
+processes on loopback.
 
 Everything lives under `.run/` (data, logs, pid files) and the JVM jars under `.cache/jars/`, both at the
 repository root. `up` is idempotent and waits until every service answers; `down` stops every process it
@@ -11,6 +12,7 @@ started, by pid. Fault tests use `broker-stop` / `broker-start` on a named clust
     python ops/localstack.py kafka-up --cluster ksecure --brokers 1 --port 39092 --secure
     python ops/localstack.py broker-stop --cluster kafka3 --node 2 [--kill]
     python ops/localstack.py broker-start --cluster kafka3 --node 2
+    python ops/localstack.py registry-up [--port 28081]     (json-schema values; see ops/stack/registry.py)
 A `--secure` cluster listens with SASL_SSL (SCRAM-SHA-512) only: a CA and broker key made for the run
 under `<cluster>/tls/`, the StandardAuthorizer with no access without an ACL, brokers and the controller
 talking SASL_SSL too (the controller listener authenticates with PLAIN). Its users, passwords and the CA
@@ -27,11 +29,12 @@ from pathlib import Path
 
 from stack import kafka_security
 from stack.connect import stop_all
-from stack.jars import ensure_jars
+from stack.jars import SETS, ensure_jars
 from stack.kafka import KafkaCluster, all_clusters
-from stack.places import HOST, JARS, MAIN_CLUSTER, MAIN_KAFKA_PORT, RUN
+from stack.places import HOST, JARS, MAIN_CLUSTER, MAIN_KAFKA_PORT, REGISTRY_PORT, RUN
 from stack.postgres import Postgres
 from stack.processes import StackError, log, stack_lock
+from stack.registry import SchemaRegistry, started_registry
 
 
 def write_env(cluster: KafkaCluster, pg: Postgres) -> Path:
@@ -69,6 +72,11 @@ def cmd_up(args: argparse.Namespace) -> None:
 def cmd_down(_: argparse.Namespace) -> None:
     with stack_lock():
         stop_all()  # Kafka Connect workers are the brokers' clients: they stop first
+        registry = started_registry()
+        if registry is not None:
+            if registry.running():
+                log("stopping the schema registry")
+            registry.down()
         for cluster in all_clusters():
             if cluster.any_running():
                 log(f"stopping Kafka {cluster.name}")
@@ -89,6 +97,8 @@ def cmd_status(_: argparse.Namespace) -> None:
             port = cluster.controller_port if node == 0 else cluster.client_port(node)
             role = "controller" if node == 0 else "broker"
             print(f"{cluster.name}-{node:<6} {state:5} {HOST}:{port} {role}")
+    registry = started_registry() or SchemaRegistry()
+    print(f"registry    {'up' if registry.running() else 'down':5} {registry.url}")
 
 
 def cmd_kafka_up(args: argparse.Namespace) -> None:
@@ -137,6 +147,18 @@ def cmd_pg_down(_: argparse.Namespace) -> None:
         Postgres().down()
 
 
+def cmd_registry_up(args: argparse.Namespace) -> None:
+    with stack_lock():
+        SchemaRegistry(port=args.port).up()
+
+
+def cmd_registry_down(_: argparse.Namespace) -> None:
+    with stack_lock():
+        registry = started_registry()
+        if registry is not None:
+            registry.down()
+
+
 def cmd_jars(args: argparse.Namespace) -> None:
     for which in args.which:
         print(ensure_jars(which))
@@ -177,8 +199,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("pg-restart", help="restart PostgreSQL (fault tests)").set_defaults(func=cmd_pg_restart)
     sub.add_parser("pg-up", help="start only PostgreSQL (with TLS), wait until it answers").set_defaults(func=cmd_pg_up)
     sub.add_parser("pg-down", help="stop only PostgreSQL").set_defaults(func=cmd_pg_down)
+    rup = sub.add_parser("registry-up", help="start the schema registry (Apicurio, Confluent's API) and wait for it")
+    rup.add_argument("--port", type=int, default=REGISTRY_PORT)
+    rup.set_defaults(func=cmd_registry_up)
+    sub.add_parser("registry-down", help="stop the schema registry (its subjects are gone: in-memory storage)"
+                   ).set_defaults(func=cmd_registry_down)
     jars = sub.add_parser("jars", help="resolve JVM jars through Maven into .cache/jars")
-    jars.add_argument("which", nargs="+", choices=["kafka", "spark"])
+    jars.add_argument("which", nargs="+", choices=sorted(SETS))
     jars.set_defaults(func=cmd_jars)
     args = parser.parse_args(argv)
     try:

@@ -21,4 +21,5 @@ MAIN_KAFKA_PORT = int(os.environ.get("OUTBOX_KAFKA_PORT", "9092"))
 # wants to bind it.
 PG_PORT = int(os.environ.get("OUTBOX_PG_PORT", "25432"))
 PG_DATABASE = "outbox"
+REGISTRY_PORT = int(os.environ.get("OUTBOX_REGISTRY_PORT", "28081"))
 KAFKA_HEAP = os.environ.get("OUTBOX_KAFKA_HEAP", "-Xms128m -Xmx512m")
