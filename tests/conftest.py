@@ -1,9 +1,9 @@
 """Test fixtures, in one place.
 
 Services come, in this order, from: environment variables (`KAFKA_BOOTSTRAP_SERVERS`, `OUTBOX_DB_URL`,
-`TEST_SQLSERVER_URL`), testcontainers when a Docker engine answers, else the local stack that
-`ops/localstack.py` starts (real Kafka brokers and PostgreSQL as local processes). SQLite is always there.
-Only tests that need a live SQL Server skip, and they say why.
+`TEST_SQLSERVER_URL`, `TEST_SCHEMA_REGISTRY_URL`), testcontainers when a Docker engine answers, else the local
+stack that `ops/localstack.py` starts (real Kafka brokers, PostgreSQL and a schema registry as local processes).
+SQLite is always there. Only tests that need a live SQL Server skip, and they say why.
 """
 
 from __future__ import annotations
@@ -271,6 +271,19 @@ def kafka_secure() -> Iterator[object]:
         )
     finally:
         run_stack("kafka-down", "--cluster", name, "--remove")
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url() -> str:
+    """A schema registry's Confluent-compatible API: `TEST_SCHEMA_REGISTRY_URL`, else the stack's Apicurio process
+    (started if needed; left running like the rest of the stack, and stopped by `make down`)."""
+    if os.environ.get("TEST_SCHEMA_REGISTRY_URL"):
+        return os.environ["TEST_SCHEMA_REGISTRY_URL"]
+    for line in run_stack("registry-up").splitlines():
+        _, found, url = line.partition("BRIDGE_SCHEMA_REGISTRY_URL=")
+        if found:
+            return url.strip()
+    raise RuntimeError("ops/localstack.py registry-up did not say where the registry listens")
 
 
 # ------------------------------------------------------------------------------------------- databases
