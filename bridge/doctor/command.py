@@ -1,6 +1,7 @@
 """`outbox-bridge doctor`: the bridge's checks in order, each bounded, each skipped when what it needs failed.
 
-The database's checks come first (`database`), then the bridge's state in it (`state`), then Kafka (`kafka`).
+The database's checks come first (`database`), then the bridge's state in it (`state`), then Kafka (`kafka`), then
+the schema registry when values are in its format (`registry`).
 A check that raises, or does not answer in time, is reported as failed with what to look at.
 """
 
@@ -28,6 +29,7 @@ from bridge.doctor.checklist import (
 )
 from bridge.doctor.database import DatabaseChecks, OutboxDatabase
 from bridge.doctor.kafka import KafkaChecks
+from bridge.doctor.registry import RegistryChecks
 from bridge.doctor.state import StateChecks
 from bridge.errors import OutboxError
 
@@ -50,6 +52,7 @@ class BridgeDoctor:
         self._database = DatabaseChecks(config, self._outbox)
         self._state = StateChecks(config, self._outbox)
         self._kafka = KafkaChecks(config, self._database, kafka_timeout_s)
+        self._registry = RegistryChecks(config, self._database)
 
     def run(self) -> list[Check]:
         database, state, kafka = self._database, self._state, self._kafka
@@ -72,6 +75,7 @@ class BridgeDoctor:
             ("kafka", kafka.kafka, None),
             ("topics", kafka.topics, brokers),
             ("acls", kafka.acls, brokers),
+            ("schema registry", self._registry.registry, None),  # adds nothing unless values are json-schema
         ]
         checks: list[Check] = []
         try:
@@ -83,7 +87,7 @@ class BridgeDoctor:
                     checks.extend(bounded(step, self.timeout_s))
                 except NoAnswer as exc:
                     checks.append(Check(name, Verdict.FAILED, f"{exc}", _NO_ANSWER_FIX.get(name, _NO_ANSWER_FIX[""])))
-                except (OutboxError, DBAPIError, KafkaException) as exc:
+                except (OutboxError, DBAPIError, KafkaException, ImportError) as exc:
                     checks.append(Check(name, Verdict.FAILED, reason(exc), _fix_for(name)))
         finally:
             self._outbox.close()
@@ -104,6 +108,8 @@ def _fix_for(name: str) -> str:
         "kafka": "check that the brokers are running, that KAFKA_BOOTSTRAP_SERVERS names them (locally, `make up` "
                  "starts them) and the security settings (KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*, "
                  "KAFKA_SSL_CA_LOCATION)",
+        "schema registry": "json-schema values need the schema-registry extra: "
+                           "`pip install 'outbox-bridge[schema-registry]'`",
     }.get(name, "see the error; `outbox-bridge status` and the bridge's log tell more")
 
 

@@ -20,9 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-
-# The HTTP client the registry client uses (httpx2, or httpx where that is missing), as the library picks it: the
-# transport errors it lets through (refused connection, timeout) are the registry being unavailable.
 from confluent_kafka.schema_registry.common._httpx_compat import httpx
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from jsonschema import exceptions as schema_errors
@@ -32,6 +29,11 @@ from bridge.config import SchemaSection, SubjectNaming
 from bridge.core.wire_format import schema_prefix
 from bridge.errors import ConfigurationError, SchemaMissingError, SchemaRegistryUnavailableError
 from bridge.schemas.values import RegisteredSchema
+
+#: What the client raises when the registry cannot be reached (refused, reset, timed out) after its own retries:
+#: an error of the HTTP client it uses (httpx2, or httpx where that is missing), taken from where the library
+#: picks it.
+UNREACHABLE = httpx.TransportError
 
 
 def subject_for(naming: SubjectNaming, topic: str, event_type: str) -> str:
@@ -67,7 +69,7 @@ class RegistryCatalog:
                 schema_id = self._client.register_schema(subject, Schema(text, "JSON"))
         except SchemaRegistryError as exc:
             raise _registry_error(subject, exc) from exc
-        except httpx.TransportError as exc:
+        except UNREACHABLE as exc:
             raise SchemaRegistryUnavailableError(f"the schema registry is unreachable ({exc}); retrying") from exc
         if schema_id is None or not text:
             raise SchemaMissingError(f"the registry returned no schema for subject {subject}")
