@@ -72,6 +72,10 @@ class SchemaRegistryUnavailableError(PublishError):
     """The schema registry could not be reached or failed on its side; the bridge retries, as for Kafka."""
 
 
+class SchemaRegistryRefusedError(ConfigurationError):
+    """The schema registry refused the bridge's login (401, 403): not retried, as for a refused Kafka login."""
+
+
 class SchemaMissingError(OutboxError):
     """The registry has no usable schema for an event's subject; each event of that subject is poison until one
     is registered (or, with `BRIDGE_SCHEMA_DIR`, until its file is there)."""

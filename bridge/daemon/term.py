@@ -29,11 +29,12 @@ from bridge.errors import (
     DatabaseTlsError,
     FencedError,
     PoisonEventError,
+    SchemaRegistryRefusedError,
     SchemaRegistryUnavailableError,
     TopicSafetyError,
     TransientStoreError,
 )
-from bridge.exits import EXIT_OK, EXIT_POISON, EXIT_UNSAFE
+from bridge.exits import EXIT_OK, EXIT_POISON, EXIT_UNSAFE, EXIT_USAGE
 from bridge.kafka.access import KafkaAccessError
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, Publisher
 from bridge.store.reader import OutboxReader
@@ -126,10 +127,13 @@ class Term:
                         self.publisher.poll(delay)
                     except PoisonEventError as exc:
                         return self._shutdown(self._halt(exc))
-                    except TopicSafetyError as exc:
+                    except (TopicSafetyError, SchemaRegistryRefusedError) as exc:
+                        # A topic that could lose writes (exit 4), a registry refusing the login (2): not retried.
+                        unsafe = isinstance(exc, TopicSafetyError)
                         self._tally.last_error = str(exc)
-                        log.error("unsafe topic; stopping", extra={"error": str(exc)})
-                        return self._shutdown(Ending(EXIT_UNSAFE, str(exc)))
+                        log.error("unsafe topic; stopping" if unsafe else "the schema registry refused the bridge; "
+                                  "stopping", extra={"error": str(exc)})
+                        return self._shutdown(Ending(EXIT_UNSAFE if unsafe else EXIT_USAGE, str(exc)))
                     except KafkaAccessError as exc:
                         return self._shutdown(self._refused(exc))
                 if read_any:
@@ -342,6 +346,5 @@ class Term:
 
 def _failed_part(exc: Exception) -> str:
     """The `kind` label of a failed read or routing on `outbox_publish_errors_total`."""
-    if isinstance(exc, TransientStoreError):
-        return "database"
-    return "registry" if isinstance(exc, SchemaRegistryUnavailableError) else "admin"
+    registry = isinstance(exc, SchemaRegistryUnavailableError)
+    return "database" if isinstance(exc, TransientStoreError) else "registry" if registry else "admin"

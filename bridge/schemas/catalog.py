@@ -27,7 +27,7 @@ from jsonschema import validators
 
 from bridge.config import SchemaSection, SubjectNaming
 from bridge.core.wire_format import schema_prefix
-from bridge.errors import ConfigurationError, SchemaMissingError, SchemaRegistryUnavailableError
+from bridge.errors import SchemaMissingError, SchemaRegistryRefusedError, SchemaRegistryUnavailableError
 from bridge.schemas.values import RegisteredSchema
 
 #: What the client raises when the registry cannot be reached (refused, reset, timed out) after its own retries:
@@ -88,8 +88,8 @@ class RegistryCatalog:
 def _registry_error(subject: str, exc: SchemaRegistryError) -> Exception:
     status = exc.http_status_code
     if status in (401, 403):
-        return ConfigurationError(f"the schema registry refused the bridge ({exc}): check "
-                                  "BRIDGE_SCHEMA_REGISTRY_USER and BRIDGE_SCHEMA_REGISTRY_PASSWORD")
+        return SchemaRegistryRefusedError(f"the schema registry refused the bridge ({exc}): check "
+                                          "BRIDGE_SCHEMA_REGISTRY_USER and BRIDGE_SCHEMA_REGISTRY_PASSWORD")
     if status == 404:
         return SchemaMissingError(f"no schema registered for subject {subject} ({exc}): register the event type's "
                                   "JSON Schema there, or set BRIDGE_SCHEMA_DIR to let the bridge register it")

@@ -23,9 +23,9 @@ from bridge.config import SubjectNaming
 from bridge.core.records import OutboxRow, build_record
 from bridge.core.wire_format import unframe
 from bridge.errors import (
-    ConfigurationError,
     PoisonEventError,
     SchemaMissingError,
+    SchemaRegistryRefusedError,
     SchemaRegistryUnavailableError,
 )
 from bridge.schemas.catalog import RegistryCatalog, subject_for
@@ -123,8 +123,8 @@ class _Failing(MockSchemaRegistryClient):
 
 @pytest.mark.parametrize(("error", "raised"), [
     (SchemaRegistryError(500, 50001, "storage failed"), SchemaRegistryUnavailableError),
-    (SchemaRegistryError(401, 40101, "unauthorized"), ConfigurationError),
-    (SchemaRegistryError(403, 40301, "forbidden"), ConfigurationError),
+    (SchemaRegistryError(401, 40101, "unauthorized"), SchemaRegistryRefusedError),
+    (SchemaRegistryError(403, 40301, "forbidden"), SchemaRegistryRefusedError),
     (SchemaRegistryError(422, 42201, "invalid schema"), SchemaMissingError),
 ])
 def test_registry_errors_become_a_retry_a_refused_configuration_or_poison(error: Exception,

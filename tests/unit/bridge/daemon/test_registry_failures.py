@@ -1,0 +1,75 @@
+"""The whole daemon with json-schema values and a registry that fails: one that cannot be reached is retried as
+the database and the admin API are, and every event is published once it answers; one that refuses the bridge's
+login stops it (exit 2), nothing sent. SQLite outbox, in-memory publisher and topic guard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bridge.core.records import KafkaRecord
+from bridge.core.wire_format import schema_prefix, unframe
+from bridge.daemon import assemble
+from bridge.errors import SchemaRegistryRefusedError, SchemaRegistryUnavailableError
+from bridge.exits import EXIT_USAGE
+from bridge.migrate import upgrade
+from bridge.schemas.values import RegisteredSchema, SchemaValues
+from tests.support import insert_events, start_unit_bridge, wait_until
+
+pytestmark = pytest.mark.unit
+
+EVENTS = 5
+REGISTRY = {"value_format": "json-schema", "schema_registry_url": "http://127.0.0.1:9", "persist_interval_s": 0.2,
+            "lease_timeout_s": 3.0}
+
+
+class FlakyRegistry:
+    """Fails `failures` times with `error`, then answers with schema id 3."""
+
+    def __init__(self, error: Exception, failures: int) -> None:
+        self.error = error
+        self.failures = failures
+        self.asked = 0
+
+    def __call__(self, topic: str, event_type: str) -> RegisteredSchema:
+        self.asked += 1
+        if self.asked <= self.failures:
+            raise self.error
+        return RegisteredSchema(f"{topic}-{event_type}", 3, schema_prefix(3), lambda _value: None)
+
+
+def _outbox(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    upgrade(url)
+    insert_events(url, EVENTS)
+    return url
+
+
+def test_an_unreachable_registry_is_retried_and_every_event_published_once_it_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = FlakyRegistry(SchemaRegistryUnavailableError("the schema registry is unreachable"), failures=2)
+    monkeypatch.setattr(assemble, "schema_values", lambda _config: SchemaValues(registry))
+    sent: list[KafkaRecord] = []
+    bridge = start_unit_bridge(_outbox(tmp_path), "flaky", sent, **REGISTRY)
+    wait_until(lambda: len(sent) >= EVENTS, 20, f"{EVENTS} events sent")
+    assert bridge.stop() == 0
+    assert sorted(record.seq for record in sent) == list(range(1, EVENTS + 1))
+    assert {unframe(record.value)[0] for record in sent} == {3}
+    assert registry.asked == 3, "asked again after each failure, then once for the subject"
+    errors = bridge.daemon.metrics.publish_errors.labels(kind="registry")
+    assert errors._value.get() == 2
+
+
+def test_a_registry_refusing_the_login_stops_the_bridge_with_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused = SchemaRegistryRefusedError("the schema registry refused the bridge (unauthorized)")
+    monkeypatch.setattr(assemble, "schema_values", lambda _config: SchemaValues(FlakyRegistry(refused, 99)))
+    sent: list[KafkaRecord] = []
+    bridge = start_unit_bridge(_outbox(tmp_path), "refused", sent, **REGISTRY)
+    bridge.thread.join(20)
+    assert bridge.result == [EXIT_USAGE]
+    assert sent == []
+    assert "refused the bridge" in bridge.daemon.last_error
