@@ -39,6 +39,8 @@ def masked_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in settings.items():
         if name == "db_url":
             value = mask_url(value.get_secret_value())
+        elif name == "schema_registry_url" and value is not None:
+            value = mask_url(value)  # a registry URL may carry user:password@
         elif isinstance(value, SecretStr):
             value = MASK
         elif name == "producer_extra":
@@ -51,10 +53,10 @@ def masked_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def masked_input(name: str, value: Any) -> str:
     """A value as given (not yet validated) for a refusal, repr-quoted, with credentials masked."""
-    if name == "db_url" and isinstance(value, str | SecretStr):
+    if name in ("db_url", "schema_registry_url") and isinstance(value, str | SecretStr):
         raw = value.get_secret_value() if isinstance(value, SecretStr) else value
         return repr(mask_url(raw))
-    if name == "kafka_sasl_password":
+    if name in ("kafka_sasl_password", "schema_registry_password"):
         return repr(MASK)
     if name == "producer_extra" and isinstance(value, Mapping):
         return repr({k: MASK if is_secret_producer_key(str(k)) else v for k, v in value.items()})

@@ -77,6 +77,9 @@ class BridgeConfig(BridgeSettings):
         if (self.schema_registry_user is None) != (self.schema_registry_password is None):
             raise ValueError(f"give both {env['schema_registry_user']} and {env['schema_registry_password']}, "
                              "or neither")
+        if self.schema_registry_user is not None and "@" in self.schema_registry_url.split("/")[2]:
+            raise ValueError(f"{env['schema_registry_url']} carries user:password@ and {env['schema_registry_user']} "
+                             "is set too: give the credentials in one place")
         if self.record_format is RecordFormat.CLOUDEVENTS:
             # A CloudEvent in binary mode says `content-type: application/json`; a framed value is not that.
             raise ValueError(f"{env['value_format']}=json-schema and {env['record_format']}=cloudevents do not "

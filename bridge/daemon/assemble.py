@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from bridge.config import BridgeConfig
+from bridge.config import BridgeConfig, mask_url
 from bridge.daemon.loop import BridgeDaemon, new_instance_id
 from bridge.daemon.poison import producer_limit
 from bridge.daemon.startup import StartupStep
@@ -140,7 +140,7 @@ def schema_values(config: BridgeConfig) -> SchemaValues | None:
     from bridge.schemas.catalog import RegistryCatalog, registry_client
 
     log.info("values in the schema registry's wire format, each payload validated against its JSON Schema",
-             extra={"registry": section.url, "subjects": section.naming.value,
+             extra={"registry": mask_url(section.url), "subjects": section.naming.value,
                     "registers_from": str(section.schema_dir) if section.schema_dir else None})
     return SchemaValues(RegistryCatalog(registry_client(section), section.naming, section.schema_dir))
 

@@ -54,6 +54,8 @@ def test_basic_auth_goes_to_the_client_and_the_password_is_masked_in_the_log(tmp
     ({"BRIDGE_VALUE_FORMAT": "json-schema"}, "needs BRIDGE_SCHEMA_REGISTRY_URL"),
     ({"BRIDGE_SCHEMA_REGISTRY_URL": "http://127.0.0.1:8081"}, "set BRIDGE_VALUE_FORMAT=json-schema"),
     (REGISTRY | {"BRIDGE_SCHEMA_REGISTRY_USER": "bridge"}, "give both"),
+    ({**REGISTRY, "BRIDGE_SCHEMA_REGISTRY_URL": "http://u:p@127.0.0.1:8081", "BRIDGE_SCHEMA_REGISTRY_USER": "bridge",
+      "BRIDGE_SCHEMA_REGISTRY_PASSWORD": "s"}, "in one place"),
     (REGISTRY | {"BRIDGE_RECORD_FORMAT": "cloudevents"}, "do not go together"),
     (REGISTRY | {"BRIDGE_SCHEMA_REGISTRY_URL": "127.0.0.1:8081"}, "http(s)://host:port"),
     (REGISTRY | {"BRIDGE_SCHEMA_DIR": "/nonexistent/schemas"}, "no such directory"),
@@ -64,3 +66,9 @@ def test_settings_that_disagree_are_refused_naming_the_variables(env: dict[str, 
     with pytest.raises(ConfigurationError) as raised:
         load_config(env=env)
     assert said in str(raised.value)
+
+
+def test_credentials_in_the_registry_url_are_masked_in_the_log() -> None:
+    config = load_config(env=REGISTRY | {"BRIDGE_SCHEMA_REGISTRY_URL": "https://bridge:s3cret@registry.example:8081"})
+    assert config.schemas is not None and "s3cret" in config.schemas.client_conf()["url"]
+    assert config.masked()["schema_registry_url"] == "https://bridge:***@registry.example:8081"
