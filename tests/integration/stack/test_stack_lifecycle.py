@@ -85,3 +85,31 @@ def test_a_port_held_by_a_stranger_is_named_at_once_instead_of_a_wait_that_times
     assert f"port {port} on 127.0.0.1 is taken by a process this stack did not start" in result.stdout + result.stderr
     assert time.monotonic() - started < 60, "named at once, not after the wait for the broker"
     assert not _stack_pids(tmp_path / "run"), "no node was started"
+
+
+def _localstack(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "ops" / "localstack.py"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.mark.timeout(400)
+def test_the_schema_registry_starts_once_answers_confluents_api_and_down_stops_it(tmp_path: Path) -> None:
+    """`registry-up` twice starts one Apicurio process, which lists subjects at its Confluent API; `status` shows
+    it on its port and `down` stops it with the rest of the stack."""
+    run_dir = tmp_path / "run"
+    port = os.environ.get("OUTBOX_LIFECYCLE_REGISTRY_PORT", "31081")
+    env = {**os.environ, "OUTBOX_RUN_DIR": str(run_dir)}
+    try:
+        first = _localstack(env, "registry-up", "--port", port)
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert f"BRIDGE_SCHEMA_REGISTRY_URL=http://127.0.0.1:{port}/apis/ccompat/v7" in first.stdout
+        pids = _stack_pids(run_dir)
+        assert len(pids) == 1
+        second = _localstack(env, "registry-up", "--port", port)
+        assert second.returncode == 0 and "started Apicurio" not in second.stdout
+        assert _stack_pids(run_dir) == pids
+        status = _localstack(env, "status").stdout
+        assert f"registry    up    http://127.0.0.1:{port}/apis/ccompat/v7" in status
+    finally:
+        _localstack(env, "down")
+    assert _stack_pids(run_dir) == set()
