@@ -139,10 +139,15 @@ class SchemaSection:
     user: str | None = None
     password: SecretStr | None = None
     schema_dir: Path | None = None
+    #: Seconds one request may take. The client's own default is no limit, and a lookup runs on the publishing
+    #: loop: a registry that hangs would stop acks being handled and let the lease lapse.
+    timeout_s: float = 5.0
 
     def client_conf(self) -> dict[str, Any]:
-        """The dict for confluent-kafka's `SchemaRegistryClient`: holds the password in clear, never log it."""
-        conf: dict[str, Any] = {"url": self.url}
+        """The dict for confluent-kafka's `SchemaRegistryClient`: holds the password in clear, never log it.
+
+        No retries inside the client: the loop retries a failed lookup with its backoff, handling acks between."""
+        conf: dict[str, Any] = {"url": self.url, "timeout": self.timeout_s, "max.retries": 0}
         if self.user is not None and self.password is not None:
             conf["basic.auth.user.info"] = f"{self.user}:{self.password.get_secret_value()}"
         return conf

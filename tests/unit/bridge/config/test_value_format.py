@@ -36,7 +36,8 @@ def test_json_schema_gives_the_registry_section_with_one_subject_per_event_type_
     assert section.url == "http://127.0.0.1:8081/apis/ccompat/v7"
     assert section.naming is SubjectNaming.TOPIC_RECORD
     assert section.schema_dir is None
-    assert section.client_conf() == {"url": "http://127.0.0.1:8081/apis/ccompat/v7"}
+    assert section.client_conf() == {"url": "http://127.0.0.1:8081/apis/ccompat/v7", "timeout": 5.0,
+                                     "max.retries": 0}, "bounded requests, retried by the loop, not inside"
 
 
 def test_basic_auth_goes_to_the_client_and_the_password_is_masked_in_the_log(tmp_path: Path) -> None:

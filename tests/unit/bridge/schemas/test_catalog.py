@@ -6,6 +6,8 @@ JSONDeserializer."""
 from __future__ import annotations
 
 import json
+import socket
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from bridge.config import SubjectNaming
+from bridge.config import SchemaSection, SubjectNaming
 from bridge.core.records import OutboxRow, build_record
 from bridge.core.wire_format import unframe
 from bridge.errors import (
@@ -28,7 +30,7 @@ from bridge.errors import (
     SchemaRegistryRefusedError,
     SchemaRegistryUnavailableError,
 )
-from bridge.schemas.catalog import RegistryCatalog, subject_for
+from bridge.schemas.catalog import RegistryCatalog, registry_client, subject_for
 from bridge.schemas.values import SchemaValues
 
 pytestmark = pytest.mark.unit
@@ -137,3 +139,15 @@ def test_an_unreachable_registry_is_retried_not_poison() -> None:
     client = SchemaRegistryClient({"url": "http://127.0.0.1:9", "max.retries": 0})
     with pytest.raises(SchemaRegistryUnavailableError, match="unreachable"):
         RegistryCatalog(client, SubjectNaming.TOPIC_RECORD)(TOPIC, "OrderPlaced")
+
+
+def test_a_registry_that_does_not_answer_is_given_up_on_within_the_timeout() -> None:
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        client = registry_client(SchemaSection(url=url, naming=SubjectNaming.TOPIC_RECORD, timeout_s=0.5))
+        started = time.monotonic()
+        with pytest.raises(SchemaRegistryUnavailableError):
+            RegistryCatalog(client, SubjectNaming.TOPIC_RECORD)(TOPIC, "OrderPlaced")
+    assert time.monotonic() - started < 5, "the loop must get back to its acks and its lease"
