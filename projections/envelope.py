@@ -4,6 +4,11 @@ Both record formats of the bridge read the same: a CloudEvents record (`BRIDGE_R
 the plain format's headers too, and its CloudEvents attributes, which say nothing those do not, are left out of
 `headers`.
 
+Both value formats read the same too: a value in a schema registry's wire format (`BRIDGE_VALUE_FORMAT=json-schema`:
+magic byte 0, a 4-byte schema id, then the payload as written) gives the payload without its frame. A plain JSON
+value never starts with byte 0, so the first byte tells them apart, and the registry need not be asked: the payload
+was validated before it was published.
+
 `decode` keeps every record and says, per record, whether the projection handles it (`_relevant`) and
 what is wrong with it (`_error`, null when nothing is). The batch applier sends relevant records with an
 error to quarantine and the rest of the relevant ones to the projection's kind.
@@ -17,6 +22,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
+from bridge.core.wire_format import MAGIC_BYTE, PREFIX_BYTES
 from projections.declaration import Projection
 from projections.payload import DEFAULT_KEY, TRACE_ID, ResolvedPayload
 
@@ -50,6 +56,13 @@ ENVELOPE: Final = (
 )
 
 
+def unframed_sql(value: str) -> str:
+    """Spark SQL giving the payload bytes of the binary column `value`: without the wire format's frame when the
+    value starts with the magic byte (and is long enough to hold the frame), else the value itself."""
+    return (f"CASE WHEN length({value}) >= {PREFIX_BYTES} AND substring({value}, 1, 1) = X'{MAGIC_BYTE:02X}' "
+            f"THEN substring({value}, {PREFIX_BYTES + 1}) ELSE {value} END")
+
+
 def _header(name: str) -> Column:
     # The last occurrence wins, as with most Kafka clients; an absent header gives null.
     return F.expr(f"try_element_at(filter(headers, h -> h.key = '{name}'), -1).value").cast("string")
@@ -79,7 +92,7 @@ def _envelope(raw: DataFrame) -> DataFrame:
                 f"({cloudevent} AND h.key IN ({_quoted(CLOUDEVENTS_HEADERS)}))), "
                 "h -> named_struct('key', h.key, 'value', CAST(h.value AS STRING)))"
             ).alias("headers"),
-            F.col("value").cast("string").alias("payload"),
+            F.expr(unframed_sql("value")).cast("string").alias("payload"),
             F.col("value"),
         )
         .withColumns(

@@ -1,6 +1,7 @@
-"""The projections read both record formats of the bridge alike: the same events as plain records and as
-CloudEvents give the same tables, and a declaration that keeps the trace id gets the one in each event's
-`traceparent`, also on a table that existed before it was turned on."""
+"""The projections read every record and value format of the bridge alike: the same events as plain records, as
+CloudEvents and with values in a schema registry's wire format (json-schema) give the same tables, and a
+declaration that keeps the trace id gets the one in each event's `traceparent`, also on a table that existed
+before it was turned on."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from confluent_kafka import Producer
 
 from bridge.core.cloudevents import build_cloudevent
 from bridge.core.records import KafkaRecord, OutboxRow, build_record
+from bridge.core.wire_format import schema_prefix
+from bridge.schemas.values import RegisteredSchema, SchemaValues
 from projections import EventLog, LatestState, Projection
 from projections.runner import prepare
 from tests.integration.projections.conftest import Harness
@@ -48,16 +51,38 @@ def _produce(bootstrap: str, topic: str, records: list[KafkaRecord]) -> None:
     assert producer.flush(30) == 0
 
 
-def test_plain_and_cloudevents_records_give_the_same_tables_with_the_writers_trace_ids(harness: Harness) -> None:
+def _framed(topic: str) -> list[KafkaRecord]:
+    """The records as the bridge publishes them with BRIDGE_VALUE_FORMAT=json-schema (a schema id per event type)."""
+    ids = {"OrderPlaced": 3, "OrderPaid": 4}
+
+    def lookup(on_topic: str, event_type: str) -> RegisteredSchema:
+        schema_id = ids[event_type]
+        return RegisteredSchema(f"{on_topic}-{event_type}", schema_id, schema_prefix(schema_id), lambda _value: None)
+
+    values = SchemaValues(lookup)
+    records = [values.framed(row, build_record(row, lambda _t: topic)) for row in _rows()]
+    assert all(record.value.startswith(b"\x00\x00\x00\x00") for record in records)
+    return records
+
+
+def test_plain_cloudevents_and_framed_records_give_the_same_tables_with_the_writers_trace_ids(
+    harness: Harness,
+) -> None:
     plain, cloudevents = harness.new_topic("plain", partitions=2), harness.new_topic("ce", partitions=2)
+    framed = harness.new_topic("framed", partitions=2)
     _produce(harness.bootstrap, plain, [build_record(row, lambda _t: plain) for row in _rows()])
     _produce(harness.bootstrap, cloudevents,
              [build_cloudevent(row, lambda _t: cloudevents, b"urn:outbox-bridge:test") for row in _rows()])
-    lakes = harness.lake("plain"), harness.lake("ce")
-    harness.run_together([([CURRENT, LOG], plain, lakes[0]), ([CURRENT, LOG], cloudevents, lakes[1])])
+    _produce(harness.bootstrap, framed, _framed(framed))
+    lakes = harness.lake("plain"), harness.lake("ce"), harness.lake("framed")
+    harness.run_together([([CURRENT, LOG], plain, lakes[0]), ([CURRENT, LOG], cloudevents, lakes[1]),
+                          ([CURRENT, LOG], framed, lakes[2])])
 
     for projection in (CURRENT, LOG):
         assert harness.rows(projection, lakes[0]) == harness.rows(projection, lakes[1]), projection.name
+        assert harness.rows(projection, lakes[0]) == harness.rows(projection, lakes[2]), projection.name
+    payloads = {row["seq"]: row["payload"] for row in map(json.loads, harness.rows(LOG, lakes[2]))}
+    assert payloads == {row.seq: row.payload for row in _rows()}, "the payload as written, without its frame"
     current = {row["aggregate_id"]: row for row in map(json.loads, harness.rows(CURRENT, lakes[0]))}
     # The latest event of each key: o-0 seq 6 (untraced), o-1 seq 7 (traced), o-2 seq 8 (untraced).
     assert {key: (row["seq"], row["trace_id"]) for key, row in current.items()} == {
