@@ -73,7 +73,8 @@ class SchemaRegistryUnavailableError(PublishError):
 
 
 class SchemaRegistryRefusedError(ConfigurationError):
-    """The schema registry refused the bridge's login (401, 403): not retried, as for a refused Kafka login."""
+    """The schema registry refused the bridge's login (401, 403), or no registry's API answers at its URL: not
+    retried, as for a refused Kafka login."""
 
 
 class SchemaMissingError(OutboxError):

@@ -3,7 +3,8 @@
 Each collaborator gets the section it uses: the engine the database section, the producer the producer section
 (`as_librdkafka_dict()`), the topic guard and the poison gate the topic section, the loop its own. With tracing on
 (`OTEL_TRACES_EXPORTER`), the producer is a `TracedPublisher`; with `BRIDGE_VALUE_FORMAT=json-schema` the gate
-frames values with the registry's schemas. Tests that want other collaborators (an in-memory
+frames values with the registry's schemas, and a start-up step checks the registry answers the bridge's login
+before it stands by or leads. Tests that want other collaborators (an in-memory
 publisher, a topic guard that accepts everything, a reader over a fault proxy) pass them here, or build
 `BridgeDaemon` directly.
 """
@@ -14,7 +15,7 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -37,6 +38,9 @@ from bridge.store.offsets import OffsetStore
 from bridge.store.privileges import FIX, excess_rights
 from bridge.store.reader import OutboxReader
 from bridge.store.revision import check_migrated
+
+if TYPE_CHECKING:
+    from bridge.schemas.catalog import RegistryCatalog
 
 log = logging.getLogger("bridge.daemon")
 
@@ -93,13 +97,17 @@ def build_daemon(
         if publisher_factory is None:
             check_connection(client_conf)
 
+    catalog = registry_catalog(config)
+
     # Refuse to lead an outbox that was never migrated, or whose seq path no longer takes the horizon stamp
-    # first; warn when the login could do far more than publish; refuse Kafka credentials it rejects.
+    # first; warn when the login could do far more than publish; refuse Kafka credentials it rejects, and a
+    # schema registry that refuses the bridge's login (one that does not answer is waited for).
     startup = (
         StartupStep("schema revision", connected("checking the outbox's schema revision", check_migrated)),
         StartupStep("seq path", connected("checking the outbox's seq path", check_never_skip)),
         StartupStep("login's rights", connected("checking the login's rights", warn_excess_rights)),
         StartupStep("kafka", check_kafka),
+        *([StartupStep("schema registry", catalog.answers)] if catalog is not None else []),
     )
 
     retention = config.retention_section
@@ -127,22 +135,29 @@ def build_daemon(
         # For the refusal messages (principal, bootstrap, CA): no need to hold the password there.
         kafka_conf={k: v for k, v in client_conf.items() if k != "sasl.password"},
         outbox=database.masked_url,
-        values=schema_values(config),
+        values=SchemaValues(catalog) if catalog is not None else None,
     )
 
 
 def schema_values(config: BridgeConfig) -> SchemaValues | None:
-    """The registry's framing of values in the json-schema format, None in plain JSON. The registry client (the
+    """The registry's framing of values in the json-schema format, None in plain JSON."""
+    catalog = registry_catalog(config)
+    return SchemaValues(catalog) if catalog is not None else None
+
+
+def registry_catalog(config: BridgeConfig) -> RegistryCatalog | None:
+    """The schema registry of the json-schema value format, None in plain JSON. The registry client (the
     `schema-registry` extra) is imported only here, so a bridge without it never loads it."""
     section = config.schemas
     if section is None:
         return None
     from bridge.schemas.catalog import RegistryCatalog, registry_client
 
+    url = mask_url(section.url)
     log.info("values in the schema registry's wire format, each payload validated against its JSON Schema",
-             extra={"registry": mask_url(section.url), "subjects": section.naming.value,
+             extra={"registry": url, "subjects": section.naming.value,
                     "registers_from": str(section.schema_dir) if section.schema_dir else None})
-    return SchemaValues(RegistryCatalog(registry_client(section), section.naming, section.schema_dir))
+    return RegistryCatalog(registry_client(section), section.naming, section.schema_dir, url)
 
 
 def _nothing() -> None:

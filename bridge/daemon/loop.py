@@ -41,6 +41,7 @@ from bridge.errors import (
     FencedError,
     NotMigratedError,
     PoisonEventError,
+    SchemaRegistryRefusedError,
     TopicSafetyError,
     TransientStoreError,
 )
@@ -239,6 +240,11 @@ class BridgeDaemon:
                     tally.last_error = str(exc)
                     log.error(str(exc), extra={"exit_code": code})
                     return code
+                except SchemaRegistryRefusedError as exc:
+                    # At start-up, with json-schema values: a refused login or a URL that is no registry's API.
+                    tally.last_error = str(exc)
+                    log.error("the schema registry refused the bridge; not leading", extra={"error": str(exc)})
+                    return EXIT_USAGE
                 except NotMigratedError as exc:
                     # Not retried: no amount of waiting creates the tables.
                     tally.last_error = str(exc)

@@ -2,10 +2,11 @@
 
 A start-up that needs a long run of round trips in a row, and starts all over when one fails, never
 completes on a link that fails often, although the read loop, which retries each read alone, would run
-fine on it. So each step (the schema revision, the never-skip seq path, the login's rights, Kafka) runs on
-its own connection, is retried alone with backoff when the database fails, and once passed stays passed
-for this start. Errors that waiting cannot fix (not migrated, a damaged seq path, a refused login or
-certificate) are not retried: the loop turns them into exit codes.
+fine on it. So each step (the schema revision, the never-skip seq path, the login's rights, Kafka, and with
+json-schema values the schema registry) runs on its own connection, is retried alone with backoff when the
+database or the registry fails, and once passed stays passed for this start. Errors that waiting cannot fix
+(not migrated, a damaged seq path, a refused login or certificate) are not retried: the loop turns them into
+exit codes.
 
 The step that keeps failing is named, never hidden behind a retry loop: in the log (the step, how many
 attempts, since when, the error), on `outbox_startup_failures_total{step}` and `outbox_startup_seconds`,
@@ -27,18 +28,20 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from bridge.backoff import Backoff, BackoffPolicy
-from bridge.errors import TransientStoreError
+from bridge.errors import SchemaRegistryUnavailableError, TransientStoreError
 from bridge.metrics import BridgeMetrics
 
 log = logging.getLogger("bridge.daemon")
 
 #: Retrying one step: quickly at first, then every five seconds.
 STEP_BACKOFF = BackoffPolicy(initial_s=0.2, cap_s=5.0)
+#: What a step raises to be retried: the database or the schema registry cannot answer now.
+RETRIED = (TransientStoreError, SchemaRegistryUnavailableError)
 
 
 class StartupStep(NamedTuple):
     """One check before the bridge stands by: its name (as logs, metrics and status say it) and the check,
-    which raises `TransientStoreError` to be retried and anything else to stop the bridge."""
+    which raises one of `RETRIED` to be retried and anything else to stop the bridge."""
 
     name: str
     check: Callable[[], None]
@@ -67,7 +70,7 @@ class Startup:
         self.failing: Failing | None = None
 
     def run(self) -> bool:
-        """Every step not passed yet, each retried alone while the database fails; True once all passed,
+        """Every step not passed yet, each retried alone while it fails for now (`RETRIED`); True once all passed,
         False when asked to stop first. Other errors propagate."""
         for step in self._steps:
             if step.name in self._passed:
@@ -84,7 +87,7 @@ class Startup:
         while not self._stop.is_set():
             try:
                 step.check()
-            except TransientStoreError as exc:
+            except RETRIED as exc:
                 attempts += 1
                 self.failed(step.name, exc, attempts=attempts, since=since)
                 delay = backoff.next_delay()

@@ -11,6 +11,10 @@ reads the id from each value, so consumers need no setting for any of them.
 Without `BRIDGE_SCHEMA_DIR` the latest version of each subject is used, as it stood when first asked (a later
 version is taken after a restart). With it, `<dir>/<event_type>.json` is registered under the subject (the
 registry returns the id it already has for the same schema) and used. Imported only when the format is on.
+
+`RegistryCatalog.answers` is the bridge's start-up check: the registry answers the bridge's login before it leads,
+so a refused login or a URL with no registry behind it stops it at once, naming the URL and the setting to fix,
+instead of at its first event.
 """
 
 from __future__ import annotations
@@ -51,12 +55,33 @@ def registry_client(section: SchemaSection) -> SchemaRegistryClient:
 
 
 class RegistryCatalog:
-    """A `SchemaLookup` over a registry: one request per subject (`SchemaValues` keeps the answers)."""
+    """A `SchemaLookup` over a registry: one request per subject (`SchemaValues` keeps the answers). `url` names the
+    registry in errors: give it masked."""
 
-    def __init__(self, client: SchemaRegistryClient, naming: SubjectNaming, schema_dir: Path | None = None) -> None:
+    def __init__(self, client: SchemaRegistryClient, naming: SubjectNaming, schema_dir: Path | None = None,
+                 url: str = "") -> None:
         self._client = client
         self._naming = naming
         self._dir = schema_dir
+        self._where = f"the schema registry at {url}" if url else "the schema registry"
+
+    def answers(self) -> None:
+        """The registry lists its subjects to the bridge's login; else `SchemaRegistryRefusedError` when it refuses
+        the login or no registry's API answers at the URL, `SchemaRegistryUnavailableError` when it cannot say now."""
+        try:
+            self._client.get_subjects()
+        except SchemaRegistryError as exc:
+            status = exc.http_status_code
+            if status in (401, 403):
+                raise self._refused(exc) from exc
+            if 400 <= status < 500:  # 404 above all: the URL's path is not a registry's API
+                raise SchemaRegistryRefusedError(
+                    f"{self._where} does not answer as a schema registry ({exc}): check BRIDGE_SCHEMA_REGISTRY_URL "
+                    "names the registry's Confluent-compatible API (Apicurio serves it under /apis/ccompat/v7)"
+                ) from exc
+            raise SchemaRegistryUnavailableError(f"{self._where} failed ({exc}); retrying") from exc
+        except UNREACHABLE as exc:
+            raise SchemaRegistryUnavailableError(f"{self._where} is unreachable ({exc}); retrying") from exc
 
     def __call__(self, topic: str, event_type: str) -> RegisteredSchema:
         subject = subject_for(self._naming, topic, event_type)
@@ -68,9 +93,9 @@ class RegistryCatalog:
                 text = self._schema_file(subject, event_type)
                 schema_id = self._client.register_schema(subject, Schema(text, "JSON"))
         except SchemaRegistryError as exc:
-            raise _registry_error(subject, exc) from exc
+            raise self._error(subject, exc) from exc
         except UNREACHABLE as exc:
-            raise SchemaRegistryUnavailableError(f"the schema registry is unreachable ({exc}); retrying") from exc
+            raise SchemaRegistryUnavailableError(f"{self._where} is unreachable ({exc}); retrying") from exc
         if schema_id is None or not text:
             raise SchemaMissingError(f"the registry returned no schema for subject {subject}")
         return RegisteredSchema(subject, schema_id, schema_prefix(schema_id), _checker(subject, schema_id, text))
@@ -84,18 +109,21 @@ class RegistryCatalog:
             raise SchemaMissingError(f"no schema for subject {subject}: cannot read {path} ({exc.strerror}); "
                                      "add the event type's JSON Schema there") from exc
 
-
-def _registry_error(subject: str, exc: SchemaRegistryError) -> Exception:
-    status = exc.http_status_code
-    if status in (401, 403):
-        return SchemaRegistryRefusedError(f"the schema registry refused the bridge ({exc}): check "
+    def _refused(self, exc: SchemaRegistryError) -> SchemaRegistryRefusedError:
+        return SchemaRegistryRefusedError(f"{self._where} refused the bridge's login ({exc}): check "
                                           "BRIDGE_SCHEMA_REGISTRY_USER and BRIDGE_SCHEMA_REGISTRY_PASSWORD")
-    if status == 404:
-        return SchemaMissingError(f"no schema registered for subject {subject} ({exc}): register the event type's "
-                                  "JSON Schema there, or set BRIDGE_SCHEMA_DIR to let the bridge register it")
-    if 400 <= status < 500:  # 409 incompatible with the subject's versions, 422 not a valid schema
-        return SchemaMissingError(f"the registry refused the schema of subject {subject} ({exc})")
-    return SchemaRegistryUnavailableError(f"the schema registry failed on subject {subject} ({exc}); retrying")
+
+    def _error(self, subject: str, exc: SchemaRegistryError) -> Exception:
+        status = exc.http_status_code
+        if status in (401, 403):
+            return self._refused(exc)
+        if status == 404:
+            return SchemaMissingError(f"no schema registered for subject {subject} ({exc}): register the event "
+                                      "type's JSON Schema there, or set BRIDGE_SCHEMA_DIR to let the bridge register "
+                                      "it")
+        if 400 <= status < 500:  # 409 incompatible with the subject's versions, 422 not a valid schema
+            return SchemaMissingError(f"the registry refused the schema of subject {subject} ({exc})")
+        return SchemaRegistryUnavailableError(f"{self._where} failed on subject {subject} ({exc}); retrying")
 
 
 def _checker(subject: str, schema_id: int, text: str) -> Any:

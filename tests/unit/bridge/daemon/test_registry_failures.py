@@ -1,6 +1,7 @@
 """The whole daemon with json-schema values and a registry that fails: one that cannot be reached is retried as
-the database and the admin API are, and every event is published once it answers; one that refuses the bridge's
-login stops it (exit 2), nothing sent. SQLite outbox, in-memory publisher and topic guard."""
+the database and the admin API are, at start-up and while leading, and every event is published once it answers;
+one that refuses the bridge's login stops it (exit 2), nothing sent: at start-up before it leads, or later, when
+its first lookup is refused. SQLite outbox, in-memory publisher and topic guard."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from bridge.daemon import assemble
 from bridge.errors import SchemaRegistryRefusedError, SchemaRegistryUnavailableError
 from bridge.exits import EXIT_USAGE
 from bridge.migrate import upgrade
-from bridge.schemas.values import RegisteredSchema, SchemaValues
+from bridge.schemas.values import RegisteredSchema
 from tests.support import insert_events, start_unit_bridge, wait_until
 
 pytestmark = pytest.mark.unit
@@ -25,12 +26,22 @@ REGISTRY = {"value_format": "json-schema", "schema_registry_url": "http://127.0.
 
 
 class FlakyRegistry:
-    """Fails `failures` times with `error`, then answers with schema id 3."""
+    """Its lookups fail `failures` times with `error`, then answer with schema id 3; its start-up check
+    (`answers`) fails `check_failures` times with `check_error`."""
 
-    def __init__(self, error: Exception, failures: int) -> None:
+    def __init__(self, error: Exception, failures: int, check_error: Exception | None = None,
+                 check_failures: int = 0) -> None:
         self.error = error
         self.failures = failures
         self.asked = 0
+        self.check_error = check_error
+        self.check_failures = check_failures
+        self.checked = 0
+
+    def answers(self) -> None:
+        self.checked += 1
+        if self.check_error is not None and self.checked <= self.check_failures:
+            raise self.check_error
 
     def __call__(self, topic: str, event_type: str) -> RegisteredSchema:
         self.asked += 1
@@ -50,7 +61,7 @@ def test_an_unreachable_registry_is_retried_and_every_event_published_once_it_an
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     registry = FlakyRegistry(SchemaRegistryUnavailableError("the schema registry is unreachable"), failures=2)
-    monkeypatch.setattr(assemble, "schema_values", lambda _config: SchemaValues(registry))
+    monkeypatch.setattr(assemble, "registry_catalog", lambda _config: registry)
     sent: list[KafkaRecord] = []
     bridge = start_unit_bridge(_outbox(tmp_path), "flaky", sent, **REGISTRY)
     wait_until(lambda: len(sent) >= EVENTS, 20, f"{EVENTS} events sent")
@@ -62,14 +73,47 @@ def test_an_unreachable_registry_is_retried_and_every_event_published_once_it_an
     assert errors._value.get() == 2
 
 
-def test_a_registry_refusing_the_login_stops_the_bridge_with_exit_2(
+def test_a_registry_refusing_a_lookup_while_leading_stops_the_bridge_with_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     refused = SchemaRegistryRefusedError("the schema registry refused the bridge (unauthorized)")
-    monkeypatch.setattr(assemble, "schema_values", lambda _config: SchemaValues(FlakyRegistry(refused, 99)))
+    monkeypatch.setattr(assemble, "registry_catalog", lambda _config: FlakyRegistry(refused, 99))
     sent: list[KafkaRecord] = []
     bridge = start_unit_bridge(_outbox(tmp_path), "refused", sent, **REGISTRY)
     bridge.thread.join(20)
     assert bridge.result == [EXIT_USAGE]
     assert sent == []
     assert "refused the bridge" in bridge.daemon.last_error
+
+
+def test_a_registry_unreachable_at_start_up_is_waited_for_then_the_bridge_leads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unreachable = SchemaRegistryUnavailableError("the schema registry at http://127.0.0.1:9 is unreachable")
+    registry = FlakyRegistry(unreachable, 0, check_error=unreachable, check_failures=2)
+    monkeypatch.setattr(assemble, "registry_catalog", lambda _config: registry)
+    sent: list[KafkaRecord] = []
+    bridge = start_unit_bridge(_outbox(tmp_path), "late", sent, **REGISTRY)
+    wait_until(lambda: len(sent) >= EVENTS, 20, f"{EVENTS} events sent")
+    assert bridge.stop() == 0
+    assert registry.checked == 3, "checked again after each failure, then passed"
+    failures = bridge.daemon.metrics.startup_failures.labels(step="schema registry")
+    assert failures._value.get() == 2
+
+
+def test_a_registry_refusing_the_login_at_start_up_stops_the_bridge_before_it_leads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused = SchemaRegistryRefusedError("the schema registry at http://127.0.0.1:9 refused the bridge's login "
+                                         "(unauthorized): check BRIDGE_SCHEMA_REGISTRY_USER and "
+                                         "BRIDGE_SCHEMA_REGISTRY_PASSWORD")
+    registry = FlakyRegistry(refused, 0, check_error=refused, check_failures=99)
+    monkeypatch.setattr(assemble, "registry_catalog", lambda _config: registry)
+    sent: list[KafkaRecord] = []
+    bridge = start_unit_bridge(_outbox(tmp_path), "refused-early", sent, **REGISTRY)
+    bridge.thread.join(20)
+    assert bridge.result == [EXIT_USAGE]
+    assert registry.checked == 1, "not retried"
+    assert bridge.daemon.tracker is None, "never led: no term began"
+    assert sent == [] and registry.asked == 0
+    assert bridge.daemon.last_error == str(refused)

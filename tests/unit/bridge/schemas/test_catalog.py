@@ -1,17 +1,25 @@
 """The registry side of the json-schema format, on confluent-kafka's own in-memory registry client: subjects by
 Confluent's strategies, the latest version looked up or a schema file registered, each registry answer turned
-into poison, a retry or a refused configuration; and values the bridge frames read back by Confluent's
+into poison, a retry or a refused configuration; the start-up check that the registry answers the bridge's login,
+on a registry stand-in over HTTP; and values the bridge frames read back by Confluent's
 JSONDeserializer."""
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import socket
+import threading
 import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+from pydantic import SecretStr
 
 pytest.importorskip("confluent_kafka.schema_registry", reason="needs the schema-registry extra")
 
@@ -151,3 +159,102 @@ def test_a_registry_that_does_not_answer_is_given_up_on_within_the_timeout() -> 
         with pytest.raises(SchemaRegistryUnavailableError):
             RegistryCatalog(client, SubjectNaming.TOPIC_RECORD)(TOPIC, "OrderPlaced")
     assert time.monotonic() - started < 5, "the loop must get back to its acks and its lease"
+
+
+# ----------------------------------------------------------------------------- the start-up check: answers()
+
+
+class _Answering(BaseHTTPRequestHandler):
+    """A registry stand-in on loopback answering every request with `status`; `seen` keeps each request's path
+    and Authorization header."""
+
+    status = 200
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    def do_GET(self) -> None:
+        type(self).seen.append((self.path, self.headers.get("Authorization")))
+        body = b"[]" if self.status == 200 else json.dumps({"error_code": self.status * 100 + 1,
+                                                            "message": "no"}).encode()
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+#: What the stand-in of each test was sent: (path, Authorization header).
+_SEEN: list[tuple[str, str | None]] = []
+
+
+@pytest.fixture()
+def answering() -> Iterator[Callable[[int], str]]:
+    """Starts a stand-in answering with a given status; gives its URL."""
+    servers: list[ThreadingHTTPServer] = []
+    _SEEN.clear()
+
+    def start(status: int) -> str:
+        handler = type("Handler", (_Answering,), {"status": status, "seen": _SEEN})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}/apis/ccompat/v7"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _catalog(url: str, user: str | None = None) -> RegistryCatalog:
+    section = SchemaSection(url=url, naming=SubjectNaming.TOPIC_RECORD, user=user,
+                            password=SecretStr("hunter2") if user else None, timeout_s=2)
+    return RegistryCatalog(registry_client(section), section.naming, url=url)
+
+
+def test_a_registry_that_answers_the_login_passes_and_was_asked_with_the_credentials(
+    answering: Callable[[int], str],
+) -> None:
+    url = answering(200)
+    _catalog(url, user="relay").answers()
+    ((path, authorization),) = _SEEN
+    assert path.partition("?")[0] == "/apis/ccompat/v7/subjects"
+    assert authorization == "Basic " + base64.b64encode(b"relay:hunter2").decode()
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_login_is_refused_naming_the_url_and_the_settings_to_fix(
+    answering: Callable[[int], str], status: int,
+) -> None:
+    url = answering(status)
+    with pytest.raises(SchemaRegistryRefusedError) as raised:
+        _catalog(url, user="relay").answers()
+    message = str(raised.value)
+    assert f"the schema registry at {url} refused the bridge's login" in message
+    assert "BRIDGE_SCHEMA_REGISTRY_USER and BRIDGE_SCHEMA_REGISTRY_PASSWORD" in message
+    assert "hunter2" not in message
+
+
+def test_a_url_that_is_no_registrys_api_is_refused_naming_the_setting(answering: Callable[[int], str]) -> None:
+    url = answering(404)
+    with pytest.raises(SchemaRegistryRefusedError) as raised:
+        _catalog(url).answers()
+    assert f"the schema registry at {url} does not answer as a schema registry" in str(raised.value)
+    assert "check BRIDGE_SCHEMA_REGISTRY_URL" in str(raised.value)
+
+
+def test_a_registry_failing_on_its_side_or_unreachable_is_retried(answering: Callable[[int], str]) -> None:
+    with pytest.raises(SchemaRegistryUnavailableError, match=r"failed \(.*\); retrying"):
+        _catalog(answering(503)).answers()
+    with pytest.raises(SchemaRegistryUnavailableError, match=re.escape("at http://127.0.0.1:9 is unreachable")):
+        _catalog("http://127.0.0.1:9").answers()
+
+
+def test_a_lookup_refused_mid_term_names_the_url_too() -> None:
+    catalog = RegistryCatalog(_Failing(SchemaRegistryError(401, 40101, "unauthorized")), SubjectNaming.TOPIC_RECORD,
+                              url="http://registry:8081")
+    with pytest.raises(SchemaRegistryRefusedError) as raised:
+        catalog(TOPIC, "OrderPlaced")
+    assert "the schema registry at http://registry:8081 refused the bridge's login" in str(raised.value)
