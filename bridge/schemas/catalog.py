@@ -82,6 +82,10 @@ class RegistryCatalog:
             raise SchemaRegistryUnavailableError(f"{self._where} failed ({exc}); retrying") from exc
         except UNREACHABLE as exc:
             raise SchemaRegistryUnavailableError(f"{self._where} is unreachable ({exc}); retrying") from exc
+        except ValueError as exc:  # an answer that is not JSON: a web page, not a registry's API
+            raise SchemaRegistryRefusedError(
+                f"{self._where} does not answer as a schema registry (not JSON: {exc}): check "
+                "BRIDGE_SCHEMA_REGISTRY_URL names the registry's Confluent-compatible API") from exc
 
     def __call__(self, topic: str, event_type: str) -> RegisteredSchema:
         subject = subject_for(self._naming, topic, event_type)

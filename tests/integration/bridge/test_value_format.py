@@ -2,7 +2,8 @@
 Registry's Confluent API, from the local stack): every value is the payload as written behind its subject's
 schema id, and Confluent's JSONDeserializer reads it back as the row's payload; a payload that fails its schema
 is poison (dead-lettered with the reason while the rest is published, or the bridge halts naming it); with
-BRIDGE_SCHEMA_DIR the bridge registers each event type's schema itself."""
+BRIDGE_SCHEMA_DIR the bridge registers each event type's schema itself; and a URL with no registry's API behind it
+stops the bridge at start-up, before it leads, naming the URL and the setting."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sqlalchemy import create_engine, text
 
 from bridge.config import BridgeConfig
 from bridge.core.wire_format import unframe
+from bridge.exits import EXIT_USAGE
 from bridge.migrate import upgrade
 from tests.support import bridge_config, read_topic, start_bridge, wait_until
 
@@ -134,3 +136,17 @@ def test_with_a_schema_dir_the_bridge_registers_each_event_types_schema(
     registry = SchemaRegistryClient({"url": schema_registry_url})
     registered = registry.get_latest_version(f"{topic}-OrderPlaced")
     assert {unframe(m.value())[0] for m in read_topic(kafka_bootstrap, topic)} == {registered.schema_id}
+
+
+def test_a_url_with_no_registrys_api_behind_it_stops_the_bridge_before_it_leads(
+    sqlite_url: str, kafka_bootstrap: str, schema_registry_url: str
+) -> None:
+    upgrade(sqlite_url)
+    _insert(sqlite_url, _good(0, 3))
+    wrong = schema_registry_url.rsplit("/apis/", 1)[0] + "/apis/nothing"
+    bridge = start_bridge(_config(sqlite_url, kafka_bootstrap, wrong))
+    bridge.thread.join(60)
+    assert bridge.result == [EXIT_USAGE], "not retried: waiting cannot mend a wrong URL"
+    assert bridge.daemon.tracker is None, "never led"
+    assert f"the schema registry at {wrong} does not answer as a schema registry" in str(bridge.daemon.last_error)
+    assert "check BRIDGE_SCHEMA_REGISTRY_URL" in str(bridge.daemon.last_error)

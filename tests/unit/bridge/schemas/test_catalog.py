@@ -169,12 +169,13 @@ class _Answering(BaseHTTPRequestHandler):
     and Authorization header."""
 
     status = 200
+    page: bytes | None = None
     seen: ClassVar[list[tuple[str, str | None]]] = []
 
     def do_GET(self) -> None:
         type(self).seen.append((self.path, self.headers.get("Authorization")))
-        body = b"[]" if self.status == 200 else json.dumps({"error_code": self.status * 100 + 1,
-                                                            "message": "no"}).encode()
+        body = self.page or (b"[]" if self.status == 200 else json.dumps({"error_code": self.status * 100 + 1,
+                                                                          "message": "no"}).encode())
         self.send_response(self.status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -190,13 +191,13 @@ _SEEN: list[tuple[str, str | None]] = []
 
 
 @pytest.fixture()
-def answering() -> Iterator[Callable[[int], str]]:
-    """Starts a stand-in answering with a given status; gives its URL."""
+def answering() -> Iterator[Callable[..., str]]:
+    """Starts a stand-in answering with a given status (and body); gives its URL."""
     servers: list[ThreadingHTTPServer] = []
     _SEEN.clear()
 
-    def start(status: int) -> str:
-        handler = type("Handler", (_Answering,), {"status": status, "seen": _SEEN})
+    def start(status: int, page: bytes | None = None) -> str:
+        handler = type("Handler", (_Answering,), {"status": status, "page": page, "seen": _SEEN})
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
@@ -215,7 +216,7 @@ def _catalog(url: str, user: str | None = None) -> RegistryCatalog:
 
 
 def test_a_registry_that_answers_the_login_passes_and_was_asked_with_the_credentials(
-    answering: Callable[[int], str],
+    answering: Callable[..., str],
 ) -> None:
     url = answering(200)
     _catalog(url, user="relay").answers()
@@ -226,7 +227,7 @@ def test_a_registry_that_answers_the_login_passes_and_was_asked_with_the_credent
 
 @pytest.mark.parametrize("status", [401, 403])
 def test_a_refused_login_is_refused_naming_the_url_and_the_settings_to_fix(
-    answering: Callable[[int], str], status: int,
+    answering: Callable[..., str], status: int,
 ) -> None:
     url = answering(status)
     with pytest.raises(SchemaRegistryRefusedError) as raised:
@@ -237,7 +238,7 @@ def test_a_refused_login_is_refused_naming_the_url_and_the_settings_to_fix(
     assert "hunter2" not in message
 
 
-def test_a_url_that_is_no_registrys_api_is_refused_naming_the_setting(answering: Callable[[int], str]) -> None:
+def test_a_url_that_is_no_registrys_api_is_refused_naming_the_setting(answering: Callable[..., str]) -> None:
     url = answering(404)
     with pytest.raises(SchemaRegistryRefusedError) as raised:
         _catalog(url).answers()
@@ -245,7 +246,17 @@ def test_a_url_that_is_no_registrys_api_is_refused_naming_the_setting(answering:
     assert "check BRIDGE_SCHEMA_REGISTRY_URL" in str(raised.value)
 
 
-def test_a_registry_failing_on_its_side_or_unreachable_is_retried(answering: Callable[[int], str]) -> None:
+def test_a_web_page_where_the_registry_should_be_is_refused_naming_the_setting(
+    answering: Callable[..., str],
+) -> None:
+    url = answering(200, b"<html>Welcome</html>")
+    with pytest.raises(SchemaRegistryRefusedError) as raised:
+        _catalog(url).answers()
+    assert f"the schema registry at {url} does not answer as a schema registry (not JSON" in str(raised.value)
+    assert "check BRIDGE_SCHEMA_REGISTRY_URL" in str(raised.value)
+
+
+def test_a_registry_failing_on_its_side_or_unreachable_is_retried(answering: Callable[..., str]) -> None:
     with pytest.raises(SchemaRegistryUnavailableError, match=r"failed \(.*\); retrying"):
         _catalog(answering(503)).answers()
     with pytest.raises(SchemaRegistryUnavailableError, match=re.escape("at http://127.0.0.1:9 is unreachable")):
