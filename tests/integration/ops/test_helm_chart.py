@@ -1,7 +1,8 @@
-"""The Helm chart (ops/helm/outbox-bridge), rendered by the pinned helm for its default and its secured values: every
-object valid against Kubernetes' own schemas (kubernetes-validate, offline), every environment variable one the bridge
-or the projections know (and the set loads as their configuration), probes on the port the bridge serves them on,
-rules built from ops/prometheus/alerts.yml, and no secret in any manifest.
+"""The Helm chart (ops/helm/outbox-bridge), rendered by the pinned helm for its default, secured and registry values
+(the json-schema value format): every object valid against Kubernetes' own schemas (kubernetes-validate, offline),
+every environment variable one the bridge or the projections know (and the set loads as their configuration),
+probes on the port the bridge serves them on, rules built from ops/prometheus/alerts.yml, no secret in any
+manifest, and registry values that do not hold together refused, naming the value.
 
 No cluster runs here: nothing is applied, scheduled or probed by a kubelet. `make helm` builds helm (`make test` does
 it first) and names it in OUTBOX_HELM.
@@ -34,7 +35,8 @@ from projections import settings as projection_settings
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "ops" / "helm" / "outbox-bridge"
 ALERTS = ROOT / "ops" / "prometheus" / "alerts.yml"
-VALUES = {"default": CHART / "ci" / "default-values.yaml", "secured": CHART / "ci" / "secured-values.yaml"}
+VALUES = {"default": CHART / "ci" / "default-values.yaml", "secured": CHART / "ci" / "secured-values.yaml",
+          "registry": CHART / "ci" / "registry-values.yaml"}
 #: The kinds of prometheus-operator, which have no schema among Kubernetes' own (checked by the tests below instead).
 OPERATOR_KINDS = {"PrometheusRule", "ServiceMonitor", "PodMonitor"}
 #: Kubernetes versions whose schemas every object must pass: the oldest the chart supports and the newest known.
@@ -374,6 +376,7 @@ def test_no_secret_appears_in_a_rendered_manifest(values: str) -> None:
 
 @pytest.mark.parametrize(("setting", "value"), [
     ("bridge.settings.KAFKA_SASL_PASSWORD", "hunter2"),
+    ("bridge.settings.BRIDGE_SCHEMA_REGISTRY_PASSWORD", "hunter2"),
     ("bridge.settings.OUTBOX_DB_URL", "postgresql://relay:hunter2@db/app"),
     ("bridge.settings.BRIDGE_PRODUCER_EXTRA", "sasl.password=hunter2"),
     ("projections.sparkConf.spark\\.hadoop\\.fs\\.s3a\\.secret\\.key", "hunter2"),
@@ -390,3 +393,63 @@ def test_the_chart_refuses_to_render_without_the_database_secret_and_says_which_
     result = helm_template("--set", "kafka.bootstrapServers=kafka:9092")
     assert result.returncode != 0
     assert "database.urlSecret.name is required" in result.stderr
+
+
+# ------------------------------------------------------------------------------------ value format and registry
+
+REGISTRY_VARIABLES = {"BRIDGE_VALUE_FORMAT", "BRIDGE_SCHEMA_REGISTRY_URL", "BRIDGE_SCHEMA_SUBJECTS",
+                      "BRIDGE_SCHEMA_REGISTRY_USER", "BRIDGE_SCHEMA_REGISTRY_PASSWORD"}
+
+
+def test_the_registry_values_turn_json_schema_on_with_the_password_from_an_existing_secret(tmp_path: Path) -> None:
+    (container,) = containers("registry", "bridge")
+    variables = {variable["name"]: variable for variable in container["env"]}
+    assert variables["BRIDGE_SCHEMA_REGISTRY_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "outbox-bridge-registry", "key": "password"}
+    config = bridge_config.load_config(env=plain_env(container, tmp_path))
+    assert config.value_format.value == "json-schema"
+    assert config.schemas is not None
+    assert (config.schemas.url, config.schemas.naming.value, config.schemas.user) == (
+        "https://schema-registry.internal:8081", "topic-record", "outbox-bridge")
+    assert config.schemas.password is not None and config.schemas.password.get_secret_value() == "stand-in"
+    (migration,) = containers("registry", "migration")
+    assert not {variable["name"] for variable in migration["env"]} & REGISTRY_VARIABLES, "migrating needs no registry"
+
+
+@pytest.mark.parametrize("values", ["default", "secured"])
+def test_the_default_value_format_sets_nothing_of_the_registry(values: str) -> None:
+    for component in ("bridge", "migration"):
+        for container in containers(values, component):
+            assert not {variable["name"] for variable in container["env"]} & REGISTRY_VARIABLES
+
+
+@pytest.mark.parametrize(("values", "settings", "message"), [
+    ("default", ["bridge.valueFormat=json-schema"], "schemaRegistry.url is required"),
+    ("default", ["bridge.valueFormat=avro"], 'bridge.valueFormat is "avro": give json'),
+    ("default", ["schemaRegistry.url=https://registry:8081"],
+     "schemaRegistry is set but bridge.valueFormat is json"),
+    ("registry", ["schemaRegistry.url=https://relay:hunter2@registry:8081"], "schemaRegistry.url carries credentials"),
+    ("registry", ["schemaRegistry.passwordSecret.name="],
+     "schemaRegistry.username is set but no schemaRegistry.passwordSecret.name"),
+    ("registry", ["schemaRegistry.username="],
+     "schemaRegistry.passwordSecret.name is set but no schemaRegistry.username"),
+    ("registry", ["schemaRegistry.subjects=by-type"], 'schemaRegistry.subjects is "by-type"'),
+    ("registry", ["bridge.settings.BRIDGE_SCHEMA_REGISTRY_URL=https://registry:8081"],
+     "bridge.settings.BRIDGE_SCHEMA_REGISTRY_URL is set by the chart from its own values"),
+])
+def test_the_chart_refuses_registry_values_that_do_not_hold_together_naming_the_value(
+    values: str, settings: list[str], message: str
+) -> None:
+    result = helm_template("--values", str(VALUES[values]), *(f"--set-string={s}" for s in settings))
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "hunter2" not in result.stdout
+
+
+def test_a_registry_without_a_login_renders_url_and_format_only() -> None:
+    result = helm_template("--values", str(VALUES["registry"]), "--set-string",
+                           "schemaRegistry.username=,schemaRegistry.passwordSecret.name=,schemaRegistry.subjects=")
+    assert result.returncode == 0, result.stderr
+    (deployment,) = [doc for doc in yaml.safe_load_all(result.stdout) if doc and doc["kind"] == "Deployment"]
+    names = {variable["name"] for variable in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert names & REGISTRY_VARIABLES == {"BRIDGE_VALUE_FORMAT", "BRIDGE_SCHEMA_REGISTRY_URL"}

@@ -54,7 +54,7 @@ one) and SASL/JAAS material come from existing Secrets only. Called with (list "
 {{- $where := index . 0 }}
 {{- range $name, $value := index . 1 }}
 {{- if or (regexMatch "(?i)(PASSWORD|SECRET|TOKEN|JAAS|OUTBOX_DB_URL|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)" $name) (regexMatch "(?i)(password|jaas\\.config|secret)" (toString $value)) }}
-{{- fail (printf "%s.%s looks like a secret; the chart takes secrets only from existing Secrets (database.urlSecret, kafka.sasl.passwordSecret, projections.secretEnv)" $where $name) }}
+{{- fail (printf "%s.%s looks like a secret; the chart takes secrets only from existing Secrets (database.urlSecret, kafka.sasl.passwordSecret, schemaRegistry.passwordSecret, projections.secretEnv)" $where $name) }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -92,6 +92,54 @@ The Kafka client settings of the bridge and the projections (names as in the REA
 {{- if $kafka.caSecret.name }}
 - name: KAFKA_SSL_CA_LOCATION
   value: {{ printf "/etc/outbox/kafka-ca/%s" $kafka.caSecret.key | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The value format and its schema registry (BRIDGE_VALUE_FORMAT, BRIDGE_SCHEMA_*): nothing in the default json
+format. The registry's password comes only from an existing Secret, and a URL carrying credentials is refused.
+*/}}
+{{- define "outbox-bridge.registryEnv" -}}
+{{- $format := .Values.bridge.valueFormat | default "json" }}
+{{- $registry := .Values.schemaRegistry }}
+{{- if not (has $format (list "json" "json-schema")) }}
+{{- fail (printf "bridge.valueFormat is %q: give json (the payload, byte for byte) or json-schema (a schema registry's wire format)" $format) }}
+{{- end }}
+{{- if eq $format "json" }}
+{{- if or $registry.url $registry.subjects $registry.username $registry.passwordSecret.name }}
+{{- fail "schemaRegistry is set but bridge.valueFormat is json: set bridge.valueFormat=json-schema to use the registry, or leave schemaRegistry empty" }}
+{{- end }}
+{{- else }}
+{{- $url := include "outbox-bridge.required" (list "schemaRegistry.url" "the schema registry's Confluent-compatible API, for bridge.valueFormat=json-schema" $registry.url) }}
+{{- if regexMatch "://[^/]*@" $url }}
+{{- fail "schemaRegistry.url carries credentials: give the user in schemaRegistry.username and the password in an existing Secret named by schemaRegistry.passwordSecret.name" }}
+{{- end }}
+{{- if and $registry.subjects (not (has $registry.subjects (list "topic-record" "record" "topic"))) }}
+{{- fail (printf "schemaRegistry.subjects is %q: give topic-record, record or topic" $registry.subjects) }}
+{{- end }}
+{{- if and $registry.username (not $registry.passwordSecret.name) }}
+{{- fail "schemaRegistry.username is set but no schemaRegistry.passwordSecret.name: name the existing Secret that holds the registry's password" }}
+{{- end }}
+{{- if and $registry.passwordSecret.name (not $registry.username) }}
+{{- fail "schemaRegistry.passwordSecret.name is set but no schemaRegistry.username: give the user the password belongs to" }}
+{{- end -}}
+- name: BRIDGE_VALUE_FORMAT
+  value: "json-schema"
+- name: BRIDGE_SCHEMA_REGISTRY_URL
+  value: {{ $url | quote }}
+{{- with $registry.subjects }}
+- name: BRIDGE_SCHEMA_SUBJECTS
+  value: {{ . | quote }}
+{{- end }}
+{{- if $registry.username }}
+- name: BRIDGE_SCHEMA_REGISTRY_USER
+  value: {{ $registry.username | quote }}
+- name: BRIDGE_SCHEMA_REGISTRY_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $registry.passwordSecret.name }}
+      key: {{ $registry.passwordSecret.key }}
+{{- end }}
 {{- end }}
 {{- end }}
 
