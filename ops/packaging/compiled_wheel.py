@@ -38,8 +38,11 @@ from setuptools.build_meta import (  # noqa: F401 - the hooks this backend takes
 MYPY = "mypy==2.4.1"
 MODE_ENV = "OUTBOX_COMPILE_CORE"
 _MODES = ("auto", "1", "0")
-#: The mypy settings of the build: `make lint` runs the project's strict checks; mypyc needs only these.
-_MYPY_INI = "[mypy]\npython_version = 3.11\nignore_missing_imports = True\n"
+#: The mypy settings of the build: `make lint` runs the project's strict checks; mypyc needs only these. The
+#: modules the compiled ones import are read for their types but not judged (`follow_imports = silent`): the build
+#: has only the runtime dependencies, so a module using an extra's library (the registry client, whose classes
+#: mypy reads through `attrs`) would otherwise fail a build that does not compile it.
+_MYPY_INI = "[mypy]\npython_version = 3.11\nignore_missing_imports = True\nfollow_imports = silent\n"
 #: Where the extension modules' shared runtime goes: inside `bridge`, so nothing else lands top-level in
 #: site-packages (`bridge/_compiled__mypyc.*.so`).
 GROUP_NAME = "bridge._compiled"
