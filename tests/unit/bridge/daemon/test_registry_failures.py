@@ -5,6 +5,7 @@ its first lookup is refused. SQLite outbox, in-memory publisher and topic guard.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from bridge.errors import SchemaRegistryRefusedError, SchemaRegistryUnavailableE
 from bridge.exits import EXIT_USAGE
 from bridge.migrate import upgrade
 from bridge.schemas.values import RegisteredSchema
-from tests.support import insert_events, start_unit_bridge, wait_until
+from tests.support import RunningBridge, insert_events, start_unit_bridge, wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -50,20 +51,36 @@ class FlakyRegistry:
         return RegisteredSchema(f"{topic}-{event_type}", 3, schema_prefix(3), lambda _value: None)
 
 
-def _outbox(tmp_path: Path) -> str:
+Started = tuple[RunningBridge, list[KafkaRecord]]
+
+
+@pytest.fixture()
+def start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[FlakyRegistry, str], Started]:
+    """Starts the daemon, named as given, on an outbox of `EVENTS` events with the given registry as its catalog;
+    gives the running bridge and the list of what it sent."""
     url = f"sqlite:///{tmp_path / 'outbox.db'}"
     upgrade(url)
     insert_events(url, EVENTS)
-    return url
+
+    def run(registry: FlakyRegistry, name: str) -> Started:
+        monkeypatch.setattr(assemble, "registry_catalog", lambda _config: registry)
+        sent: list[KafkaRecord] = []
+        return start_unit_bridge(url, name, sent, **REGISTRY), sent
+
+    return run
+
+
+def _stopped_having_sent_nothing(bridge: RunningBridge, sent: list[KafkaRecord]) -> None:
+    bridge.thread.join(20)
+    assert bridge.result == [EXIT_USAGE]
+    assert sent == []
 
 
 def test_an_unreachable_registry_is_retried_and_every_event_published_once_it_answers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    start: Callable[[FlakyRegistry, str], Started],
 ) -> None:
     registry = FlakyRegistry(SchemaRegistryUnavailableError("the schema registry is unreachable"), failures=2)
-    monkeypatch.setattr(assemble, "registry_catalog", lambda _config: registry)
-    sent: list[KafkaRecord] = []
-    bridge = start_unit_bridge(_outbox(tmp_path), "flaky", sent, **REGISTRY)
+    bridge, sent = start(registry, "flaky")
     wait_until(lambda: len(sent) >= EVENTS, 20, f"{EVENTS} events sent")
     assert bridge.stop() == 0
     assert sorted(record.seq for record in sent) == list(range(1, EVENTS + 1))
@@ -74,26 +91,20 @@ def test_an_unreachable_registry_is_retried_and_every_event_published_once_it_an
 
 
 def test_a_registry_refusing_a_lookup_while_leading_stops_the_bridge_with_exit_2(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    start: Callable[[FlakyRegistry, str], Started],
 ) -> None:
     refused = SchemaRegistryRefusedError("the schema registry refused the bridge (unauthorized)")
-    monkeypatch.setattr(assemble, "registry_catalog", lambda _config: FlakyRegistry(refused, 99))
-    sent: list[KafkaRecord] = []
-    bridge = start_unit_bridge(_outbox(tmp_path), "refused", sent, **REGISTRY)
-    bridge.thread.join(20)
-    assert bridge.result == [EXIT_USAGE]
-    assert sent == []
+    bridge, sent = start(FlakyRegistry(refused, 99), "refused")
+    _stopped_having_sent_nothing(bridge, sent)
     assert "refused the bridge" in bridge.daemon.last_error
 
 
 def test_a_registry_unreachable_at_start_up_is_waited_for_then_the_bridge_leads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    start: Callable[[FlakyRegistry, str], Started],
 ) -> None:
     unreachable = SchemaRegistryUnavailableError("the schema registry at http://127.0.0.1:9 is unreachable")
     registry = FlakyRegistry(unreachable, 0, check_error=unreachable, check_failures=2)
-    monkeypatch.setattr(assemble, "registry_catalog", lambda _config: registry)
-    sent: list[KafkaRecord] = []
-    bridge = start_unit_bridge(_outbox(tmp_path), "late", sent, **REGISTRY)
+    bridge, sent = start(registry, "late")
     wait_until(lambda: len(sent) >= EVENTS, 20, f"{EVENTS} events sent")
     assert bridge.stop() == 0
     assert registry.checked == 3, "checked again after each failure, then passed"
@@ -102,18 +113,15 @@ def test_a_registry_unreachable_at_start_up_is_waited_for_then_the_bridge_leads(
 
 
 def test_a_registry_refusing_the_login_at_start_up_stops_the_bridge_before_it_leads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    start: Callable[[FlakyRegistry, str], Started],
 ) -> None:
     refused = SchemaRegistryRefusedError("the schema registry at http://127.0.0.1:9 refused the bridge's login "
                                          "(unauthorized): check BRIDGE_SCHEMA_REGISTRY_USER and "
                                          "BRIDGE_SCHEMA_REGISTRY_PASSWORD")
     registry = FlakyRegistry(refused, 0, check_error=refused, check_failures=99)
-    monkeypatch.setattr(assemble, "registry_catalog", lambda _config: registry)
-    sent: list[KafkaRecord] = []
-    bridge = start_unit_bridge(_outbox(tmp_path), "refused-early", sent, **REGISTRY)
-    bridge.thread.join(20)
-    assert bridge.result == [EXIT_USAGE]
+    bridge, sent = start(registry, "refused-early")
+    _stopped_having_sent_nothing(bridge, sent)
     assert registry.checked == 1, "not retried"
     assert bridge.daemon.tracker is None, "never led: no term began"
-    assert sent == [] and registry.asked == 0
+    assert registry.asked == 0
     assert bridge.daemon.last_error == str(refused)
