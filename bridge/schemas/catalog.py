@@ -83,9 +83,7 @@ class RegistryCatalog:
         except UNREACHABLE as exc:
             raise SchemaRegistryUnavailableError(f"{self._where} is unreachable ({exc}); retrying") from exc
         except ValueError as exc:  # an answer that is not JSON: a web page, not a registry's API
-            raise SchemaRegistryRefusedError(
-                f"{self._where} does not answer as a schema registry (not JSON: {exc}): check "
-                "BRIDGE_SCHEMA_REGISTRY_URL names the registry's Confluent-compatible API") from exc
+            raise self._not_json(exc) from exc
 
     def __call__(self, topic: str, event_type: str) -> RegisteredSchema:
         subject = subject_for(self._naming, topic, event_type)
@@ -100,6 +98,8 @@ class RegistryCatalog:
             raise self._error(subject, exc) from exc
         except UNREACHABLE as exc:
             raise SchemaRegistryUnavailableError(f"{self._where} is unreachable ({exc}); retrying") from exc
+        except ValueError as exc:  # not JSON: something else answered since the start-up check (a proxy's page)
+            raise self._not_json(exc) from exc
         if schema_id is None or not text:
             raise SchemaMissingError(f"the registry returned no schema for subject {subject}")
         return RegisteredSchema(subject, schema_id, schema_prefix(schema_id), _checker(subject, schema_id, text))
@@ -116,6 +116,11 @@ class RegistryCatalog:
     def _refused(self, exc: SchemaRegistryError) -> SchemaRegistryRefusedError:
         return SchemaRegistryRefusedError(f"{self._where} refused the bridge's login ({exc}): check "
                                           "BRIDGE_SCHEMA_REGISTRY_USER and BRIDGE_SCHEMA_REGISTRY_PASSWORD")
+
+    def _not_json(self, exc: ValueError) -> SchemaRegistryRefusedError:
+        return SchemaRegistryRefusedError(f"{self._where} does not answer as a schema registry (not JSON: {exc}): "
+                                          "check BRIDGE_SCHEMA_REGISTRY_URL names the registry's Confluent-compatible "
+                                          "API")
 
     def _error(self, subject: str, exc: SchemaRegistryError) -> Exception:
         status = exc.http_status_code

@@ -269,3 +269,11 @@ def test_a_lookup_refused_mid_term_names_the_url_too() -> None:
     with pytest.raises(SchemaRegistryRefusedError) as raised:
         catalog(TOPIC, "OrderPlaced")
     assert "the schema registry at http://registry:8081 refused the bridge's login" in str(raised.value)
+
+
+def test_a_web_page_answering_a_lookup_is_refused_naming_the_setting(answering: Callable[..., str]) -> None:
+    url = answering(200, b"<html>Welcome</html>")
+    with pytest.raises(SchemaRegistryRefusedError) as raised:
+        _catalog(url)(TOPIC, "OrderPlaced")
+    assert f"the schema registry at {url} does not answer as a schema registry (not JSON" in str(raised.value)
+    assert "check BRIDGE_SCHEMA_REGISTRY_URL" in str(raised.value)
