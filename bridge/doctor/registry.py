@@ -2,7 +2,8 @@
 bridge's credentials, and every event type in the outbox has a schema under its subject (or, with
 `BRIDGE_SCHEMA_DIR`, a file the bridge registers), since each event of a type without one is poison.
 
-The registry client is the bridge's own (`bridge.schemas.catalog`), imported only when the format is on.
+The registry client is the bridge's own (`bridge.schemas.catalog`), and a registry that does not answer is judged
+as the bridge judges it (`bridge.schemas.faults`), both imported only when the format is on.
 """
 
 from __future__ import annotations
@@ -54,19 +55,14 @@ def subject_checks(client: Any, url: str, naming: SubjectNaming, schema_dir: Pat
     """The registry reachable (its subjects listed), then one line per event kind: its subject has a schema, or
     the bridge registers one from `schema_dir`, or each such event is poison. `kinds` None: the outbox could not
     be read."""
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-    from bridge.schemas.catalog import UNREACHABLE, subject_for
+    from bridge.schemas.catalog import subject_for
+    from bridge.schemas.faults import REQUEST_FAILURES, listing_fault
 
     try:
         subjects = set(client.get_subjects())
-    except UNREACHABLE as exc:
-        return [Check(NAME, Verdict.FAILED, f"{url}: unreachable ({exc})",
-                      "check BRIDGE_SCHEMA_REGISTRY_URL and that the registry runs (locally, `make registry-up`)")]
-    except SchemaRegistryError as exc:
-        fix = ("check BRIDGE_SCHEMA_REGISTRY_USER and BRIDGE_SCHEMA_REGISTRY_PASSWORD"
-               if exc.http_status_code in (401, 403) else "check BRIDGE_SCHEMA_REGISTRY_URL and the registry")
-        return [Check(NAME, Verdict.FAILED, f"{url}: {exc}", fix)]
+    except REQUEST_FAILURES as exc:  # as the bridge's start-up check judges the same request
+        fault = listing_fault(exc)
+        return [Check(NAME, Verdict.FAILED, f"{url} {fault.problem}", fault.fix)]
     checks = [Check(NAME, Verdict.OK, f"reachable at {url}: {len(subjects)} subject(s)")]
     if kinds is None:
         return [*checks, Check(NAME, Verdict.SKIPPED, "the outbox could not be read, so its event types are not "

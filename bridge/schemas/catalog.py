@@ -24,20 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.common._httpx_compat import httpx
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from jsonschema import exceptions as schema_errors
 from jsonschema import validators
 
 from bridge.config import SchemaSection, SubjectNaming
 from bridge.core.wire_format import schema_prefix
-from bridge.errors import SchemaMissingError, SchemaRegistryRefusedError, SchemaRegistryUnavailableError
+from bridge.errors import SchemaMissingError
+from bridge.schemas.faults import REQUEST_FAILURES, listing_fault, registry_fault
 from bridge.schemas.values import RegisteredSchema
-
-#: What the client raises when the registry cannot be reached (refused, reset, timed out) after its own retries:
-#: an error of the HTTP client it uses (httpx2, or httpx where that is missing), taken from where the library
-#: picks it.
-UNREACHABLE = httpx.TransportError
 
 
 def subject_for(naming: SubjectNaming, topic: str, event_type: str) -> str:
@@ -70,20 +65,8 @@ class RegistryCatalog:
         the login or no registry's API answers at the URL, `SchemaRegistryUnavailableError` when it cannot say now."""
         try:
             self._client.get_subjects()
-        except SchemaRegistryError as exc:
-            status = exc.http_status_code
-            if status in (401, 403):
-                raise self._refused(exc) from exc
-            if 400 <= status < 500:  # 404 above all: the URL's path is not a registry's API
-                raise SchemaRegistryRefusedError(
-                    f"{self._where} does not answer as a schema registry ({exc}): check BRIDGE_SCHEMA_REGISTRY_URL "
-                    "names the registry's Confluent-compatible API (Apicurio serves it under /apis/ccompat/v7)"
-                ) from exc
-            raise SchemaRegistryUnavailableError(f"{self._where} failed ({exc}); retrying") from exc
-        except UNREACHABLE as exc:
-            raise SchemaRegistryUnavailableError(f"{self._where} is unreachable ({exc}); retrying") from exc
-        except ValueError as exc:  # an answer that is not JSON: a web page, not a registry's API
-            raise self._not_json(exc) from exc
+        except REQUEST_FAILURES as exc:
+            raise listing_fault(exc).error(self._where) from exc
 
     def __call__(self, topic: str, event_type: str) -> RegisteredSchema:
         subject = subject_for(self._naming, topic, event_type)
@@ -94,12 +77,11 @@ class RegistryCatalog:
             else:
                 text = self._schema_file(subject, event_type)
                 schema_id = self._client.register_schema(subject, Schema(text, "JSON"))
-        except SchemaRegistryError as exc:
-            raise self._error(subject, exc) from exc
-        except UNREACHABLE as exc:
-            raise SchemaRegistryUnavailableError(f"{self._where} is unreachable ({exc}); retrying") from exc
-        except ValueError as exc:  # not JSON: something else answered since the start-up check (a proxy's page)
-            raise self._not_json(exc) from exc
+        except REQUEST_FAILURES as exc:  # not JSON too: something else answered since the start-up check
+            fault = registry_fault(exc, subject)
+            if fault is None:
+                raise _refused_schema(subject, exc) from exc
+            raise fault.error(self._where) from exc
         if schema_id is None or not text:
             raise SchemaMissingError(f"the registry returned no schema for subject {subject}")
         return RegisteredSchema(subject, schema_id, schema_prefix(schema_id), _checker(subject, schema_id, text))
@@ -113,26 +95,15 @@ class RegistryCatalog:
             raise SchemaMissingError(f"no schema for subject {subject}: cannot read {path} ({exc.strerror}); "
                                      "add the event type's JSON Schema there") from exc
 
-    def _refused(self, exc: SchemaRegistryError) -> SchemaRegistryRefusedError:
-        return SchemaRegistryRefusedError(f"{self._where} refused the bridge's login ({exc}): check "
-                                          "BRIDGE_SCHEMA_REGISTRY_USER and BRIDGE_SCHEMA_REGISTRY_PASSWORD")
 
-    def _not_json(self, exc: ValueError) -> SchemaRegistryRefusedError:
-        return SchemaRegistryRefusedError(f"{self._where} does not answer as a schema registry (not JSON: {exc}): "
-                                          "check BRIDGE_SCHEMA_REGISTRY_URL names the registry's Confluent-compatible "
-                                          "API")
-
-    def _error(self, subject: str, exc: SchemaRegistryError) -> Exception:
-        status = exc.http_status_code
-        if status in (401, 403):
-            return self._refused(exc)
-        if status == 404:
-            return SchemaMissingError(f"no schema registered for subject {subject} ({exc}): register the event "
-                                      "type's JSON Schema there, or set BRIDGE_SCHEMA_DIR to let the bridge register "
-                                      "it")
-        if 400 <= status < 500:  # 409 incompatible with the subject's versions, 422 not a valid schema
-            return SchemaMissingError(f"the registry refused the schema of subject {subject} ({exc})")
-        return SchemaRegistryUnavailableError(f"{self._where} failed on subject {subject} ({exc}); retrying")
+def _refused_schema(subject: str, exc: Exception) -> SchemaMissingError:
+    """The registry's refusal of one subject's schema (a 4xx other than 401 and 403): each of its events is
+    poison, the registry itself is fine."""
+    if isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404:
+        return SchemaMissingError(f"no schema registered for subject {subject} ({exc}): register the event type's "
+                                  "JSON Schema there, or set BRIDGE_SCHEMA_DIR to let the bridge register it")
+    # 409 incompatible with the subject's versions, 422 not a valid schema
+    return SchemaMissingError(f"the registry refused the schema of subject {subject} ({exc})")
 
 
 def _checker(subject: str, schema_id: int, text: str) -> Any:

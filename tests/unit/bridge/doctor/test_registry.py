@@ -1,9 +1,11 @@
 """The doctor's schema registry check, on confluent-kafka's in-memory registry client: reachable, one line per
-event type naming its subject, a type without a schema failed with the fix, a refused login and an unreachable
-registry failed with theirs; nothing at all for plain json values."""
+event type naming its subject, a type without a schema failed with the fix, a refused login, an unreachable
+registry and a URL answering with something other than JSON failed with theirs; nothing at all for plain json
+values."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,14 @@ def test_an_unreachable_registry_is_failed_with_the_url_to_check() -> None:
     client = SchemaRegistryClient({"url": "http://127.0.0.1:9", "max.retries": 0})
     [check] = subject_checks(client, "http://127.0.0.1:9", SubjectNaming.TOPIC_RECORD, None, KINDS)
     assert check.verdict is Verdict.FAILED and "unreachable" in check.summary
+    assert check.fix is not None and "BRIDGE_SCHEMA_REGISTRY_URL" in check.fix
+
+
+def test_a_page_that_is_not_json_is_failed_as_no_registry_naming_the_url_to_check() -> None:
+    not_json = json.JSONDecodeError("Expecting value", "<html>Welcome</html>", 0)  # what the client's decoding raises
+    [check] = subject_checks(_Refusing(not_json), URL, SubjectNaming.TOPIC_RECORD, None, KINDS)
+    assert check.verdict is Verdict.FAILED
+    assert check.summary.startswith(f"{URL} does not answer as a schema registry (not JSON")
     assert check.fix is not None and "BRIDGE_SCHEMA_REGISTRY_URL" in check.fix
 
 
