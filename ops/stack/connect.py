@@ -35,7 +35,7 @@ from pathlib import Path
 
 from stack.connect_api import ConnectApi, ConnectError
 from stack.places import HOST, JARS, MAIN_KAFKA_PORT, MAVEN_SETTINGS, ROOT, RUN
-from stack.processes import StackError, pid_alive, pid_is_ours, port_open, read_pid, stop_pid
+from stack.processes import OwnedProcess, StackError, pid_alive, port_open, read_pid, stop_pid
 
 WORKER_JARS = JARS / "connect"
 PLUGIN_PATH = JARS / "debezium"
@@ -94,8 +94,11 @@ def bridge_like_producer() -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class ConnectWorker(ConnectApi):
+class ConnectWorker(OwnedProcess, ConnectApi):
     """One distributed-mode worker (a one-member Connect cluster) on a loopback REST port."""
+
+    PID_FILE_NAME = "worker.pid"
+    MARKER_KEY = "connect"
 
     name: str = DEFAULT_NAME
     bootstrap: str = f"{HOST}:{MAIN_KAFKA_PORT}"
@@ -106,24 +109,8 @@ class ConnectWorker(ConnectApi):
     offset_flush_ms: int = 60_000
 
     @property
-    def home(self) -> Path:
-        return RUN / self.name
-
-    @property
-    def log_file(self) -> Path:
-        return RUN / "logs" / f"{self.name}.log"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.home / "worker.pid"
-
-    @property
     def url(self) -> str:
         return f"http://{HOST}:{self.rest_port}"
-
-    @property
-    def marker(self) -> str:
-        return f"-Doutbox.stack.connect={self.home}"
 
     @property
     def internal_topics(self) -> list[str]:
@@ -167,15 +154,6 @@ class ConnectWorker(ConnectApi):
                 f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", f"{worker_jars}/*", MAIN_CLASS,
                 str(self.home / "worker.properties")]
 
-    def pid(self) -> int | None:
-        pid = read_pid(self.pid_file)
-        if pid is None or not pid_alive(pid) or not pid_is_ours(pid, self.marker):
-            return None
-        return pid
-
-    def running(self) -> bool:
-        return self.pid() is not None
-
     def start(self, timeout: float = 120.0, wait: bool = True) -> None:
         """Start the worker unless it runs; wait (unless told not to) until its REST API answers and the
         Debezium plugin is loaded."""
@@ -200,7 +178,7 @@ class ConnectWorker(ConnectApi):
             # The pid, not the marker: right after the fork the child's command line is still Python's.
             pid = read_pid(self.pid_file)
             if pid is None or not pid_alive(pid):
-                raise ConnectError(f"worker {self.name} exited during start-up; see {self.log_file}\n{self._tail()}")
+                raise ConnectError(f"worker {self.name} exited during start-up; see {self.log_file}\n{self.log_tail()}")
             try:
                 plugins = self.request("GET", "/connector-plugins")
                 # A 200 on /connectors means the worker joined its group and read the config topic.
@@ -214,7 +192,7 @@ class ConnectWorker(ConnectApi):
                                    f"plugins: {sorted(c for c in classes if c)}")
             return
         raise ConnectError(f"worker {self.name} did not answer at {self.url} within {timeout:.0f}s; "
-                           f"see {self.log_file}\n{self._tail()}")
+                           f"see {self.log_file}\n{self.log_tail()}")
 
     def stop(self, kill: bool = False, timeout: float = 60.0) -> None:
         """SIGTERM (the worker stops its tasks and commits their offsets) and wait; SIGKILL with kill."""
@@ -242,12 +220,6 @@ class ConnectWorker(ConnectApi):
             except KafkaException as exc:
                 log(f"could not delete {topic}: {exc}")
 
-    def _tail(self, lines: int = 30) -> str:
-        if not self.log_file.exists():
-            return ""
-        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-
-
 def free_port() -> int:
     """A loopback port nothing listens on now, for a worker's REST API."""
     import socket
@@ -260,7 +232,7 @@ def free_port() -> int:
 def workers() -> list[ConnectWorker]:
     """The workers that have a directory under .run (running or not), by name."""
     found = []
-    for pid_file in sorted(RUN.glob("*/worker.pid")):
+    for pid_file in sorted(RUN.glob(f"*/{ConnectWorker.PID_FILE_NAME}")):
         # No producer settings: stopping needs none, and `down` must work without the project installed.
         found.append(ConnectWorker(name=pid_file.parent.name, producer={}))
     return found

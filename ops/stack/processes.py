@@ -1,5 +1,6 @@
-"""The stack's processes, kept by pid: is one alive and ours, wait until it answers, stop it; the lock that
-serialises `up` and `down`; and how the stack reports (`log`, `StackError`).
+"""The stack's processes, kept by pid: is one alive and ours, wait until it answers, stop it; `OwnedProcess`, where
+a service run as one process keeps its folder, log, pid file and marker; the lock that serialises `up` and `down`;
+and how the stack reports (`log`, `StackError`).
 
 A pid file can outlive its process and the pid be given to another, so a process counts as ours only while
 its command line carries the marker we started it with.
@@ -15,6 +16,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 from stack.places import HOST, RUN
 
@@ -88,6 +90,47 @@ def stop_pid(pid: int, marker: str, kill: bool = False, timeout: float = 30.0) -
         os.kill(pid, signal.SIGKILL)
         while pid_alive(pid):
             time.sleep(0.1)
+
+
+class OwnedProcess:
+    """A service the stack runs as one process of its own, named `name`: its folder and log under the run
+    directory, its pid file there, and the marker on its command line that makes it ours to stop."""
+
+    #: Set by each service: its pid file's name in its folder, and the word its marker carries.
+    PID_FILE_NAME: ClassVar[str]
+    MARKER_KEY: ClassVar[str]
+    name: str
+
+    @property
+    def home(self) -> Path:
+        return RUN / self.name
+
+    @property
+    def log_file(self) -> Path:
+        return RUN / "logs" / f"{self.name}.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home / self.PID_FILE_NAME
+
+    @property
+    def marker(self) -> str:
+        return f"-Doutbox.stack.{self.MARKER_KEY}={self.home}"
+
+    def pid(self) -> int | None:
+        """The pid of the running process, if it is ours."""
+        pid = read_pid(self.pid_file)
+        if pid is None or not pid_alive(pid) or not pid_is_ours(pid, self.marker):
+            return None
+        return pid
+
+    def running(self) -> bool:
+        return self.pid() is not None
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self.log_file.exists():
+            return ""
+        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
 
 
 @contextlib.contextmanager

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stack.jars import ensure_jars
-from stack.places import HOST, REGISTRY_PORT, RUN
-from stack.processes import StackError, log, pid_alive, pid_is_ours, port_open, read_pid, stop_pid
+from stack.places import HOST, REGISTRY_PORT
+from stack.processes import OwnedProcess, StackError, log, pid_alive, port_open, read_pid, stop_pid
 
 VERSION = "2.6.13.Final"
 RUNNER = f"apicurio-registry-app-{VERSION}-runner.jar"
@@ -33,32 +33,19 @@ CCOMPAT_PATH = "/apis/ccompat/v7"
 
 
 @dataclass(frozen=True)
-class SchemaRegistry:
+class SchemaRegistry(OwnedProcess):
     """One Apicurio Registry process on a loopback port."""
+
+    PID_FILE_NAME = "registry.pid"
+    MARKER_KEY = "registry"
 
     port: int = REGISTRY_PORT
     name: str = "schema-registry"
 
     @property
-    def home(self) -> Path:
-        return RUN / self.name
-
-    @property
-    def log_file(self) -> Path:
-        return RUN / "logs" / f"{self.name}.log"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.home / "registry.pid"
-
-    @property
     def url(self) -> str:
         """The Confluent-compatible API: the value of `BRIDGE_SCHEMA_REGISTRY_URL`."""
         return f"http://{HOST}:{self.port}{CCOMPAT_PATH}"
-
-    @property
-    def marker(self) -> str:
-        return f"-Doutbox.stack.registry={self.home}"
 
     def command(self) -> tuple[list[str], Path]:
         """The java command line, and the folder it runs in (the runner jar finds `lib/` beside it)."""
@@ -70,15 +57,6 @@ class SchemaRegistry:
             raise StackError(f"{unpacked} has no {RUNNER}; remove the folder and retry")
         return [java, HEAP, "-Djava.awt.headless=true", self.marker, f"-Dquarkus.http.host={HOST}",
                 f"-Dquarkus.http.port={self.port}", "-jar", RUNNER], unpacked
-
-    def pid(self) -> int | None:
-        pid = read_pid(self.pid_file)
-        if pid is None or not pid_alive(pid) or not pid_is_ours(pid, self.marker):
-            return None
-        return pid
-
-    def running(self) -> bool:
-        return self.pid() is not None
 
     def up(self, timeout: float = 120.0) -> None:
         """Start the registry unless it runs, and wait until its Confluent API answers."""
@@ -110,12 +88,12 @@ class SchemaRegistry:
         while time.monotonic() < deadline:
             pid = read_pid(self.pid_file)  # the pid, not the marker: right after the fork it is still Python's
             if pid is None or not pid_alive(pid):
-                raise StackError(f"the schema registry exited during start-up; see {self.log_file}\n{self._tail()}")
+                raise StackError(f"the schema registry exited during start-up; see {self.log_file}\n{self.log_tail()}")
             if self.answers():
                 return
             time.sleep(0.5)
         raise StackError(f"the schema registry did not answer at {self.url} within {timeout:.0f}s; "
-                         f"see {self.log_file}\n{self._tail()}")
+                         f"see {self.log_file}\n{self.log_tail()}")
 
     def down(self, timeout: float = 30.0) -> None:
         """Stop it (SIGTERM, then SIGKILL past `timeout`) and wait until its port is free."""
@@ -126,12 +104,6 @@ class SchemaRegistry:
             while port_open(self.port) and time.monotonic() < deadline:
                 time.sleep(0.1)
         self.pid_file.unlink(missing_ok=True)
-
-    def _tail(self, lines: int = 30) -> str:
-        if not self.log_file.exists():
-            return ""
-        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-
 
 def started_registry() -> SchemaRegistry | None:
     """The registry the stack started, on the port it was started with, if its pid file is there (`down` and

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "ops"))
-from stack import registry  # ops/ holds scripts and the stack package, not on the path by default
+from stack import processes, registry  # ops/ holds scripts and the stack package, not on the path by default
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +32,7 @@ def test_the_url_is_the_confluent_compatible_api() -> None:
 
 def test_down_and_status_find_the_registry_on_the_port_it_was_started_with(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "RUN", tmp_path)
+    monkeypatch.setattr(processes, "RUN", tmp_path)  # where every service's folder is
     assert registry.started_registry() is None
     home = registry.SchemaRegistry().home
     home.mkdir(parents=True)
