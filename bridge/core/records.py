@@ -120,6 +120,14 @@ def build_record(
 
     `route` maps an aggregate type to its topic and raises ValueError for a name Kafka would refuse.
     """
+    return record_and_payload(row, route, max_message_bytes)[0]
+
+
+def record_and_payload(
+    row: OutboxRow, route: Callable[[str], str], max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+) -> tuple[KafkaRecord, Any]:
+    """`build_record`'s record, and the value of the payload it parsed to check it is JSON, so that a check of
+    that value (its JSON Schema) need not parse it again."""
     if row.unreadable is not None:
         raise PoisonEventError(row.seq, f"the row cannot be read as stored: {row.unreadable}")
     if not row.aggregate_id:
@@ -129,7 +137,7 @@ def build_record(
     except ValueError as exc:
         raise PoisonEventError(row.seq, f"unroutable: {exc}") from exc
     try:
-        parse_json(row.payload)  # the writer's verdict too, so a row it accepted is never poison
+        payload = parse_json(row.payload)  # the writer's verdict too, so a row it accepted is never poison
     except NotJsonError as exc:
         raise PoisonEventError(row.seq, f"payload is not valid JSON ({exc})") from exc
     event_id = row.event_id.encode()
@@ -155,7 +163,7 @@ def build_record(
         size += sum(len(name) + len(header) for name, header in extra)
     if size > max_message_bytes:
         raise too_large(row.seq, size, max_message_bytes, topic)
-    return _new_record(KafkaRecord, (row.seq, topic, key, value, headers, size))
+    return _new_record(KafkaRecord, (row.seq, topic, key, value, headers, size)), payload
 
 
 def too_large(seq: int, size: int, max_message_bytes: int, topic: str) -> PoisonEventError:

@@ -23,6 +23,7 @@ from bridge.core.records import (
     build_record,
     dead_letter_record,
     payload_complete,
+    record_and_payload,
 )
 from bridge.core.refusals import Refusals
 from bridge.core.wire_format import PREFIX_BYTES
@@ -109,7 +110,7 @@ def record_builder(topics: TopicSection, values: SchemaValues | None = None,
         framing = values
 
         def framed(row: OutboxRow, route: Callable[[str], str], limit: int) -> KafkaRecord:
-            return framing.framed(row, build_record(row, route, limit - PREFIX_BYTES))
+            return framing.framed(row, *record_and_payload(row, route, limit - PREFIX_BYTES))
 
         return framed
     if topics.record_format is not RecordFormat.CLOUDEVENTS:

@@ -2,7 +2,8 @@
 the schema id of the event's subject, once the payload has passed that JSON Schema.
 
 The registry is asked once per (topic, event type), through a `SchemaLookup`; after that an event costs one
-parse and one validation. A subject without a usable schema is remembered for `retry_missing_s`, so under
+validation, of the payload's value as the record builder parsed it to check it is JSON (`record_and_payload`),
+so it is not parsed twice. A subject without a usable schema is remembered for `retry_missing_s`, so under
 `dead-letter` a burst of such events does not ask the registry once each.
 """
 
@@ -11,8 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
-
-import orjson
 
 from bridge.core.records import KafkaRecord, OutboxRow
 from bridge.core.wire_format import PREFIX_BYTES
@@ -47,15 +46,16 @@ class SchemaValues:
         self._known: dict[tuple[str, str], RegisteredSchema] = {}
         self._missing: dict[tuple[str, str], tuple[float, str]] = {}
 
-    def framed(self, row: OutboxRow, plain: KafkaRecord) -> KafkaRecord:
+    def framed(self, row: OutboxRow, plain: KafkaRecord, payload: Any) -> KafkaRecord:
         """`plain` with its value framed; PoisonEventError when the payload fails its schema or has none.
 
-        Build `plain` with a limit `PREFIX_BYTES` below the topic's, so the framed record still fits."""
+        `plain` and `payload`, the payload's value, are what `record_and_payload` gives; build them with a limit
+        `PREFIX_BYTES` below the topic's, so the framed record still fits."""
         key = (plain.topic, row.event_type)
         schema = self._known.get(key)
         if schema is None:
             schema = self._find(row.seq, key)
-        reason = schema.check(orjson.loads(plain.value))  # build_record has parsed it once already: it is JSON
+        reason = schema.check(payload)
         if reason is not None:
             raise PoisonEventError(row.seq, f"payload fails the JSON Schema of subject {schema.subject} "
                                             f"(id {schema.schema_id}): {reason}")

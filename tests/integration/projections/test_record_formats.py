@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Producer
 
 from bridge.core.cloudevents import build_cloudevent
-from bridge.core.records import KafkaRecord, OutboxRow, build_record
+from bridge.core.records import KafkaRecord, OutboxRow, build_record, record_and_payload
 from bridge.core.wire_format import schema_prefix
 from bridge.schemas.values import RegisteredSchema, SchemaValues
 from projections import EventLog, LatestState, Projection
@@ -60,7 +60,7 @@ def _framed(topic: str) -> list[KafkaRecord]:
         return RegisteredSchema(f"{on_topic}-{event_type}", schema_id, schema_prefix(schema_id), lambda _value: None)
 
     values = SchemaValues(lookup)
-    records = [values.framed(row, build_record(row, lambda _t: topic)) for row in _rows()]
+    records = [values.framed(row, *record_and_payload(row, lambda _t: topic)) for row in _rows()]
     assert all(record.value.startswith(b"\x00\x00\x00\x00") for record in records)
     return records
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.core.records import KafkaRecord, OutboxRow, build_record, iso_timestamp
+from bridge.core.records import KafkaRecord, OutboxRow, build_record, iso_timestamp, record_and_payload
 from bridge.errors import PoisonEventError
 
 
@@ -51,6 +51,13 @@ def test_keys_and_payloads_are_utf8() -> None:
     record = build_record(_row(aggregate_id="клиент-é", payload='{"name": "Zoë"}'), _route)
     assert record.key == "клиент-é".encode()
     assert record.value == '{"name": "Zoë"}'.encode()
+
+
+def test_the_record_comes_with_the_payloads_value_as_parsed_for_the_json_check() -> None:
+    row = _row(headers='{"trace_id": "t-1"}')
+    record, payload = record_and_payload(row, _route)
+    assert record == build_record(row, _route)
+    assert payload == {"total": 12.5, "items": []}
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from bridge.config import SchemaSection, SubjectNaming
-from bridge.core.records import OutboxRow, build_record
+from bridge.core.records import OutboxRow, record_and_payload
 from bridge.core.wire_format import unframe
 from bridge.errors import (
     PoisonEventError,
@@ -79,7 +79,7 @@ def test_the_latest_version_of_the_subject_is_used_and_confluents_deserializer_r
     schema_id = registry.register_schema(f"{TOPIC}-OrderPlaced", Schema(ORDER_PLACED, "JSON"))
     values = SchemaValues(RegistryCatalog(registry, SubjectNaming.TOPIC_RECORD))
     row = _row('{"total": 12.5, "currency": "EUR"}')
-    record = values.framed(row, build_record(row, _route))
+    record = values.framed(row, *record_and_payload(row, _route))
     assert unframe(record.value) == (schema_id, row.payload.encode())
     read = JSONDeserializer(None, schema_registry_client=registry)
     assert read(record.value, SerializationContext(TOPIC, MessageField.VALUE)) == {"total": 12.5, "currency": "EUR"}
@@ -91,7 +91,7 @@ def test_a_payload_failing_the_registered_schema_is_poison_saying_where() -> Non
     values = SchemaValues(RegistryCatalog(registry, SubjectNaming.TOPIC_RECORD))
     row = _row('{"total": "12.5", "currency": "EUR"}', seq=9)
     with pytest.raises(PoisonEventError) as raised:
-        values.framed(row, build_record(row, _route))
+        values.framed(row, *record_and_payload(row, _route))
     assert raised.value.seq == 9
     assert "'12.5' is not of type 'number' at $.total" in raised.value.reason
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bridge.core.records import OutboxRow, build_record
+from bridge.core.records import OutboxRow, record_and_payload
 from bridge.core.wire_format import schema_prefix, unframe
 from bridge.errors import PoisonEventError, SchemaMissingError
 from bridge.schemas.values import RegisteredSchema, SchemaValues
@@ -48,8 +48,8 @@ class Registry:
 
 def test_the_value_is_the_payload_as_written_behind_the_schema_id() -> None:
     row = _row()
-    plain = build_record(row, _route)
-    framed = SchemaValues(Registry()).framed(row, plain)
+    plain, payload = record_and_payload(row, _route)
+    framed = SchemaValues(Registry()).framed(row, plain, payload)
     assert unframe(framed.value) == (7, b'{ "total" : 5 }')
     assert framed.size == plain.size + 5
     assert (framed.topic, framed.key, framed.headers) == (plain.topic, plain.key, plain.headers)
@@ -59,14 +59,14 @@ def test_the_registry_is_asked_once_per_subject_not_per_event() -> None:
     registry = Registry()
     values = SchemaValues(registry)
     for seq in range(1, 50):
-        values.framed(_row(seq), build_record(_row(seq), _route))
+        values.framed(_row(seq), *record_and_payload(_row(seq), _route))
     assert registry.asked == [("outbox.event.order", "OrderPlaced")]
 
 
 def test_a_payload_failing_its_schema_is_poison_naming_the_subject_and_why() -> None:
     row = _row(seq=11, payload='{"total": "five"}')
     with pytest.raises(PoisonEventError) as raised:
-        SchemaValues(Registry()).framed(row, build_record(row, _route))
+        SchemaValues(Registry()).framed(row, *record_and_payload(row, _route))
     assert raised.value.seq == 11
     assert "outbox.event.order-OrderPlaced (id 7)" in raised.value.reason
     assert "'total' is required" in raised.value.reason
@@ -79,9 +79,9 @@ def test_an_event_type_without_a_schema_is_poison_and_asked_again_only_after_a_w
     row = _row(event_type="OrderShipped")
     for _ in range(3):
         with pytest.raises(PoisonEventError, match="no schema registered for subject"):
-            values.framed(row, build_record(row, _route))
+            values.framed(row, *record_and_payload(row, _route))
     assert len(registry.asked) == 1
     registry.known["OrderShipped"] = 8
     now[0] += 61
-    assert unframe(values.framed(row, build_record(row, _route)).value)[0] == 8
+    assert unframe(values.framed(row, *record_and_payload(row, _route)).value)[0] == 8
     assert len(registry.asked) == 2
