@@ -23,6 +23,8 @@ class Sizes:
     b1_tuning_events: int
     #: Events per variant of B1-tracing (tracing off and on); 0 skips it.
     b1_tracing_events: int
+    #: Events per variant of B1-formats (json values, json-schema values); 0 skips it.
+    b1_formats_events: int
     b1_profile_events: int
     b2_events: int
     b3_seconds: float
@@ -49,6 +51,7 @@ FULL = Sizes(
     b1_events_3brokers=500_000,
     b1_tuning_events=200_000,
     b1_tracing_events=200_000,
+    b1_formats_events=200_000,
     b1_profile_events=250_000,
     b2_events=500_000,
     b3_seconds=30.0,
@@ -72,6 +75,7 @@ QUICK = Sizes(
     b1_events_3brokers=20_000,
     b1_tuning_events=0,
     b1_tracing_events=20_000,
+    b1_formats_events=20_000,
     b1_profile_events=0,
     b2_events=20_000,
     b3_seconds=5.0,

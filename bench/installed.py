@@ -73,9 +73,11 @@ def install(dist_dir: Path) -> Installation:
         constraints = home / "constraints.txt"
         constraints.write_text(_run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], "pip freeze", env))
         # psutil: the measurements that run on this interpreter import bench.bridge_process. The tracing extra:
-        # B1-tracing turns the publish spans on (a bridge without OTEL_TRACES_EXPORTER never imports it).
+        # B1-tracing turns the publish spans on (a bridge without OTEL_TRACES_EXPORTER never imports it). The
+        # schema-registry extra: B1-formats publishes json-schema values.
         _run([str(home / "venv" / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-              "--constraint", str(constraints), f"{wheel}[tracing]", "psutil"], f"installing {wheel.name}", env)
+              "--constraint", str(constraints), f"{wheel}[tracing,schema-registry]", "psutil"],
+             f"installing {wheel.name}", env)
         bench_path = home / "bench-path"
         bench_path.mkdir()
         (bench_path / "bench").symlink_to(ROOT / "bench", target_is_directory=True)

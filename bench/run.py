@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, str] = {
     "B1": "bench.b1_throughput",
     "B1-tuning": "bench.b1_tuning",
     "B1-tracing": "bench.b1_tracing",
+    "B1-formats": "bench.b1_value_format",
     "B7": "bench.b7_memory",
     "B2": "bench.b2_sqlite",
     "B3": "bench.b3_latency",

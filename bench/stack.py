@@ -71,6 +71,17 @@ def ensure_stack(need_three_brokers: bool) -> None:
         _localstack("kafka-up", "--cluster", KAFKA3_CLUSTER, "--brokers", "3", "--port", str(KAFKA3_PORT))
 
 
+def schema_registry_url() -> str:
+    """The local stack's schema registry (Apicurio, Confluent's API), started unless it answers."""
+    result = subprocess.run([sys.executable, str(LOCALSTACK), "registry-up"], capture_output=True, text=True,
+                            check=False)
+    for line in result.stdout.splitlines():
+        _, found, url = line.partition("BRIDGE_SCHEMA_REGISTRY_URL=")
+        if found and result.returncode == 0:
+            return url.strip()
+    raise StackUnavailable(f"ops/localstack.py registry-up failed:\n{result.stdout}\n{result.stderr}")
+
+
 def _pg_answers() -> bool:
     try:
         with psycopg.connect(host=PG_HOST, port=PG_PORT, user="postgres", dbname="postgres", connect_timeout=3):
