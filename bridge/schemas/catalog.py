@@ -25,12 +25,11 @@ from typing import Any
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
-from jsonschema import exceptions as schema_errors
-from jsonschema import validators
 
 from bridge.config import SchemaSection, SubjectNaming
 from bridge.core.wire_format import schema_prefix
 from bridge.errors import SchemaMissingError
+from bridge.schemas.checks import schema_check
 from bridge.schemas.faults import REQUEST_FAILURES, listing_fault, registry_fault
 from bridge.schemas.values import RegisteredSchema
 
@@ -107,18 +106,10 @@ def _refused_schema(subject: str, exc: Exception) -> SchemaMissingError:
 
 
 def _checker(subject: str, schema_id: int, text: str) -> Any:
-    """The validator of a JSON Schema text, as a function giving None for a valid value or why it is not."""
+    """The check of a JSON Schema text (`bridge.schemas.checks`): None for a valid value, or why it is not."""
     try:
         schema = json.loads(text)
-        validator_class = validators.validator_for(schema)
-        validator_class.check_schema(schema)
-    except (ValueError, schema_errors.SchemaError) as exc:
+    except ValueError as exc:
         raise SchemaMissingError(f"the schema of subject {subject} (id {schema_id}) is not a valid JSON Schema: "
                                  f"{exc}") from exc
-    validator = validator_class(schema)
-
-    def check(value: Any) -> str | None:
-        error = schema_errors.best_match(validator.iter_errors(value))
-        return None if error is None else f"{error.message} at {error.json_path}"
-
-    return check
+    return schema_check(subject, schema_id, schema)
