@@ -175,6 +175,7 @@ def _formats(formats: dict[str, Any] | None) -> list[str]:
     if not formats or problem(formats) or not formats.get("variants"):
         return []
     lines = [
+        "",
         "### Value formats",
         "",
         f"The bridge with `BRIDGE_VALUE_FORMAT` json (the default) and json-schema (each payload validated against "
@@ -193,7 +194,7 @@ def _formats(formats: dict[str, Any] | None) -> list[str]:
     for row in others:
         extra = row["microseconds_per_event"] - base["microseconds_per_event"]
         lines += ["", f"json-schema values cost {extra:.1f} microseconds more per event than json ones here."]
-    return lines
+    return [*lines, ""]
 
 
 def _profile(profile: dict[str, Any] | None) -> list[str]:
