@@ -440,8 +440,8 @@ def spark_jars_dir() -> Path:
 #: task and small jobs in two; no adaptive re-planning. Measured on one Spark module alone (test_ordering.py, 8
 #: micro-batches of 3 to 11 rows): 123 s with Spark's defaults but the first two, 101 s with wholeStage codegen off
 #: and one snapshot partition, 82 s interpreted. What a batch computes is unchanged: Spark's own tests run its
-#: expressions both ways. The jobs the tests start with `spark-submit` (the standalone cluster, the kill test, the
-#: wheel's smoke run) keep Spark's defaults, so the compiled path runs here too.
+#: expressions both ways. The commands the tests start get it too (`spark_defaults_for_commands`); the job on the
+#: standalone cluster and the wheel's smoke run keep Spark's defaults, so the compiled path runs here too.
 TEST_SPARK_CONF = {
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
     "spark.sql.codegen.wholeStage": "false",
@@ -450,6 +450,19 @@ TEST_SPARK_CONF = {
     "spark.default.parallelism": "2",
     "spark.sql.adaptive.enabled": "false",
 }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def spark_defaults_for_commands(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """TEST_SPARK_CONF as this process's `spark-defaults.conf` (SPARK_CONF_DIR), so the Spark jobs the tests start
+    as commands (`outbox-projections run` and `replay` in the secured pipeline, the `spark-submit` kill test) get it
+    as the in-process session does. The two that stand for what users run (`spark-submit` on the standalone cluster,
+    the wheel's smoke run) drop the variable and keep Spark's defaults."""
+    folder = tmp_path_factory.mktemp("spark-conf")
+    (folder / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in TEST_SPARK_CONF.items()))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPARK_CONF_DIR", str(folder))
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -27,8 +27,10 @@ pytestmark = pytest.mark.integration
 
 def clean_env(**extra: str) -> dict[str, str]:
     """This process's environment without what would point a child at the checkout (PYTHONPATH) or configure the
-    bridge behind the smoke test's back (BRIDGE_*, OUTBOX_*, KAFKA_*, PROJECTIONS_*)."""
-    leaks = ("BRIDGE_", "OUTBOX_", "KAFKA_", "PROJECTIONS_", "PYTHONPATH", "PYTHONSAFEPATH", "VIRTUAL_ENV")
+    bridge behind the smoke test's back (BRIDGE_*, OUTBOX_*, KAFKA_*, PROJECTIONS_*), or Spark (the tests'
+    SPARK_CONF_DIR: the smoke run keeps Spark's defaults)."""
+    leaks = ("BRIDGE_", "OUTBOX_", "KAFKA_", "PROJECTIONS_", "PYTHONPATH", "PYTHONSAFEPATH", "VIRTUAL_ENV",
+             "SPARK_CONF_DIR")
     return {**{k: v for k, v in os.environ.items() if not k.startswith(leaks)}, **extra}
 
 

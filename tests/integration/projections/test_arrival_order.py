@@ -138,12 +138,14 @@ EVERY_KIND = (*PROJECTIONS, orders_latest_row, order_trail)
 
 
 def arrivals(events: list[OutboxEvent]) -> list[list[OutboxEvent]]:
-    """The events as three deliveries: newest first, dealt round-robin into two, then some again.
+    """The events as two deliveries: newest first, dealt round-robin into two, the second with some of both again
+    (copies of events of the first delivery and of its own).
 
     Each order's events are consecutive seqs, so dealing them out puts an order's newer events in earlier
-    deliveries than its older ones."""
+    deliveries than its older ones. (A third delivery with the copies alone cost a quarter of this module's Spark
+    batches and reached no case these two do not.)"""
     newest_first = sorted(events, key=lambda e: -e.seq)
-    return [newest_first[0::2], newest_first[1::2], events[::4]]
+    return [newest_first[0::2], newest_first[1::2] + events[::4]]
 
 
 @pytest.fixture(scope="module")

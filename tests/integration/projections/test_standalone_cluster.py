@@ -1,6 +1,7 @@
 """A projection job submitted to a Spark standalone cluster (a master and two workers on loopback, started by
 `ops/sparkcluster.py` from the PySpark distribution), the project shipped with `--py-files` as on a real
-cluster: its tables equal the `local[2]` build, and stay exact when a worker is killed with SIGKILL mid-run."""
+cluster: its tables equal the `local[2]` build, even with a worker killed with SIGKILL mid-run. (One job shows both:
+a separate run without the kill took three minutes here and showed nothing this one does not.)"""
 
 from __future__ import annotations
 
@@ -73,6 +74,7 @@ def _submit(master: str, jars: Path, py_files: Path, lake: str, prefix: str, boo
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "SPARK_LOCAL_IP": "127.0.0.1"}
     env.pop("PYTHONPATH", None)
+    env.pop("SPARK_CONF_DIR", None)  # Spark's defaults, as users submit it, not the tests' settings
     return subprocess.Popen(command, cwd=log.parent, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 
@@ -85,24 +87,7 @@ def _executors_of(log: Path) -> int:
     return log.read_text(errors="replace").count("Granted executor ID")
 
 
-def test_a_job_on_the_standalone_cluster_builds_the_same_tables_as_local(
-    harness: Harness, master: str, spark_jars_dir: Path, project_zip: Path
-) -> None:
-    prefix = f"cl{uuid.uuid4().hex[:8]}"
-    topic = harness.new_topic(name=f"{prefix}.order", partitions=2)
-    produce(harness.bootstrap, topic, order_lifecycle(8))
-    on_cluster = harness.lake("cluster")
-    log = harness.tmp_path / "spark-submit.log"
-    job = _submit(master, spark_jars_dir, project_zip, on_cluster.root, prefix, harness.bootstrap, log, 1000)
-    assert job.wait(420) == 0, log.read_text(errors="replace")[-4000:]
-    assert _executors_of(log) >= 1 and master in log.read_text(errors="replace"), "it ran on the cluster"
-
-    reference = harness.lake("local")
-    harness.run([orders_current], topic, reference)
-    assert harness.rows(orders_current, on_cluster) == harness.rows(orders_current, reference)
-
-
-def test_a_worker_killed_mid_run_leaves_the_job_to_finish_with_exact_tables(
+def test_a_job_on_the_cluster_builds_the_local_tables_even_with_a_worker_killed_mid_run(
     harness: Harness, master: str, spark_jars_dir: Path, project_zip: Path
 ) -> None:
     prefix = f"cl{uuid.uuid4().hex[:8]}"
@@ -119,7 +104,7 @@ def test_a_worker_killed_mid_run_leaves_the_job_to_finish_with_exact_tables(
             assert job.poll() is None, log.read_text(errors="replace")[-4000:]
             assert time.monotonic() < deadline, "the job applied no batch in 300 s"
             time.sleep(0.2)
-        assert _executors_of(log) == 2, "both workers run an executor before the kill"
+        assert _executors_of(log) == 2 and master in log.read_text(errors="replace"), "it runs on both workers"
         _cluster("kill-worker", "1")
         killed_at = _applied_batches(progress)
         assert job.wait(420) == 0, log.read_text(errors="replace")[-4000:]
