@@ -190,7 +190,8 @@ def test_the_bridges_sessions_are_named_in_pg_stat_activity(postgres_url: str, q
         reader.wait(0.01)  # opens the LISTEN connection
         with engine.connect() as conn:
             listening = conn.execute(text(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = :name AND query LIKE 'LISTEN%'"),
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = :name AND query LIKE 'LISTEN%' "
+                "AND datname = current_database()"),  # not the bridges of tests running beside this one
                 {"name": expected}).scalar_one()
         assert listening == 1, "the LISTEN connection carries the same name"
     finally:
