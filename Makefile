@@ -136,7 +136,7 @@ TEST_WORKERS ?= 2
 test: sysdeps $(STAMP) jars $(WHEEL_STAMP) $(HELM) $(TEST_NEEDS) ## run the whole test suite (starts what it needs; SQL Server only with TEST_SQLSERVER_URL)
 	$(PY) ops/localstack.py up --no-spark-jars
 	OUTBOX_TEST_DIST=$(CURDIR)/$(DIST) OUTBOX_HELM=$(CURDIR)/$(HELM) $(PY) -m pytest -v \
-		$(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
+		$(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder) $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-compiled
 
 test-compiled: $(STAMP) $(WHEEL_STAMP) ## the unit tests again, on a copy with the wheel's compiled core (.run/compiled)

@@ -54,6 +54,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if f"{os.sep}integration{os.sep}" in path and not item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.integration)
         item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
+    items[:] = _longest_first(items)
+
+
+def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The groups in the order they should start (`make test` keeps it: --no-loadscope-reorder): the Spark jobs
+    started as commands (slow projection tests: two to five minutes each), the other Spark modules and the secured
+    cluster's (one to five), the other slow ones, the other integration tests, the unit tests; the most tests
+    first within each. pytest-xdist's own order (most tests first) started the
+    Spark modules, which have few tests, last, and the run ended on them with the other workers idle."""
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        marker = item.get_closest_marker("xdist_group")
+        groups.setdefault(str(marker.args[0]) if marker else item.nodeid, []).append(item)
+
+    def rank(group: list[pytest.Item]) -> tuple[int, int]:
+        names = {name for item in group for name in getattr(item, "fixturenames", ())}
+        slow = any(item.get_closest_marker("slow") for item in group)
+        submitted = slow and any(f"{os.sep}projections{os.sep}" in str(item.fspath) for item in group)
+        spark = submitted or bool(names & {"spark", "projection_spark", "kafka_secure"})
+        unit = all(item.get_closest_marker("unit") for item in group)
+        return (0 if submitted else 1 if spark else 2 if slow else 4 if unit else 3), -len(group)
+
+    return [item for group in sorted(groups.values(), key=rank) for item in group]
 
 
 def pytest_configure(config: pytest.Config) -> None:
