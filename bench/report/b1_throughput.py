@@ -119,7 +119,7 @@ def section(results: dict[str, Any], plots: Plots) -> str:
     lines.append(plots.link("throughput", "bridge vs ceiling"))
     lines.append(plots.link("b1_timeline", "records acknowledged over time"))
     lines += _tuning(bench.get("B1-tuning"), plots)
-    lines += _tracing(bench.get("B1-tracing"))
+    lines += [*_tracing(bench.get("B1-tracing")), ""]
     lines += _formats(bench.get("B1-formats"))
     lines += _profile(b1.get("profile"))
     return "\n".join(lines) + "\n"
@@ -153,48 +153,50 @@ def _tracing(tracing: dict[str, Any] | None) -> list[str]:
     """B1-tracing: the publish spans off and on (`bench/b1_tracing.py`)."""
     if not tracing or problem(tracing) or not tracing.get("variants"):
         return []
-    lines = [
-        "### Tracing",
-        "",
+    return _variants(
+        "Tracing",
         f"The bridge with its publish spans off and on (`bench/b1_tracing.py`), {tracing['events_per_variant']:,} "
         f"events each, 1 broker, {tracing.get('rounds', 1)} rounds round-robin (mean, and the range of the rounds); "
         "spans exported over OTLP/HTTP to a sink in the harness.",
-        "",
-        "| variant | bridge events/s (range) | of tracing off | spans exported per round |",
-        "|---|---|---|---|",
-    ]
-    for name, row in tracing["variants"].items():
-        low, high = row["bridge_range"]
-        lines.append(f"| {name} | {num(row['bridge_events_per_s'])} ({num(low)} to {num(high)}) | "
-                     f"{row['fraction_of_tracing_off']:.0%} | {', '.join(num(n) for n in row['spans_exported'])} |")
-    return lines
+        ["of tracing off", "spans exported per round"],
+        {name: [f"{row['fraction_of_tracing_off']:.0%}", ", ".join(num(n) for n in row["spans_exported"])]
+         for name, row in tracing["variants"].items()},
+        tracing["variants"],
+    )
 
 
 def _formats(formats: dict[str, Any] | None) -> list[str]:
     """B1-formats: json values beside json-schema values (`bench/b1_value_format.py`)."""
     if not formats or problem(formats) or not formats.get("variants"):
         return []
-    lines = [
-        "",
-        "### Value formats",
-        "",
+    lines = _variants(
+        "Value formats",
         f"The bridge with `BRIDGE_VALUE_FORMAT` json (the default) and json-schema (each payload validated against "
         f"a strict schema of every field, then framed behind its schema id; the schema registered by the bridge in "
         f"the stack's Apicurio registry), `bench/b1_value_format.py`, {formats['events_per_variant']:,} events each, "
         f"1 broker, {formats.get('rounds', 1)} rounds round-robin (mean, and the range of the rounds).",
-        "",
-        "| variant | bridge events/s (range) | of json | microseconds per event |",
-        "|---|---|---|---|",
-    ]
-    for name, row in formats["variants"].items():
-        low, high = row["bridge_range"]
-        lines.append(f"| {name} | {num(row['bridge_events_per_s'])} ({num(low)} to {num(high)}) | "
-                     f"{row['fraction_of_json']:.0%} | {row['microseconds_per_event']} |")
+        ["of json", "microseconds per event"],
+        {name: [f"{row['fraction_of_json']:.0%}", str(row["microseconds_per_event"])]
+         for name, row in formats["variants"].items()},
+        formats["variants"],
+    )
     base, *others = formats["variants"].values()
     for row in others:
         extra = row["microseconds_per_event"] - base["microseconds_per_event"]
         lines += ["", f"json-schema values cost {extra:.1f} microseconds more per event than json ones here."]
     return [*lines, ""]
+
+
+def _variants(title: str, intro: str, columns: list[str], cells: dict[str, list[str]],
+              variants: dict[str, Any]) -> list[str]:
+    """A section of variants run round-robin: each one's mean rate and the range of its rounds, then `cells`."""
+    lines = [f"### {title}", "", intro, "",
+             "| variant | bridge events/s (range) | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+    for name, row in variants.items():
+        low, high = row["bridge_range"]
+        lines.append(f"| {name} | {num(row['bridge_events_per_s'])} ({num(low)} to {num(high)}) | "
+                     + " | ".join(cells[name]) + " |")
+    return lines
 
 
 def _profile(profile: dict[str, Any] | None) -> list[str]:
