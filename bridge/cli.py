@@ -170,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="port of /metrics, /healthz and /readyz; 0 disables (BRIDGE_METRICS_PORT)")
     run.add_argument("--poison-policy", dest="poison_policy", choices=["halt", "dead-letter"],
                      help="what to do with a row that can never be published (BRIDGE_POISON_POLICY)")
+    run.add_argument("--delivery", dest="delivery", choices=["at-least-once", "exactly-once"],
+                     help="exactly-once: a transactional producer, for read_committed consumers (BRIDGE_DELIVERY)")
     run.add_argument("--allow-single-broker", dest="allow_single_broker", action="store_const", const=True,
                      help="accept replication factor 1 on a one-broker development cluster "
                      "(BRIDGE_ALLOW_SINGLE_BROKER)")

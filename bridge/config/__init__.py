@@ -3,8 +3,8 @@
 `load_config` (`loading`) layers flags over environment variables over a TOML file over defaults into a
 `BridgeConfig` (`model`), whose fields are the settings as loaded (`settings`, named by `env_names`). Each
 part of the bridge is given only the section it uses (`sections`): `database`, `kafka`, `producer`, `topics`,
-`loop`, `retention_section`, `schemas`. Topic templates and legal topic names are in `templates`; what the logs and the
-refusals show of credentials, in `masking`.
+`loop`, `retention_section`, `schemas`, and `transactions` for exactly-once delivery. Topic templates and legal
+topic names are in `templates`; what the logs and the refusals show of credentials, in `masking`.
 """
 
 from bridge.config.env_names import CONFIG_FILE_ENV, ENV_NAMES, EXTRA_ENV_NAME, TOML_PRODUCER_TABLE
@@ -23,6 +23,7 @@ from bridge.config.sections import (
 from bridge.config.settings import (
     MIB,
     Compression,
+    DeliveryMode,
     LogLevel,
     PoisonPolicy,
     ProducerValue,
@@ -44,6 +45,7 @@ __all__ = [
     "BridgeConfig",
     "Compression",
     "DatabaseSection",
+    "DeliveryMode",
     "KafkaConnection",
     "LogLevel",
     "LoopSection",

@@ -188,6 +188,7 @@ _ACCEPTED_TEXT: Final[Mapping[str, str]] = MappingProxyType(
         "bridge_name": "1 to 100 of [a-zA-Z0-9._-]",
         "topic_template": "a legal topic name, may contain {aggregate_type}: outbox.event.{aggregate_type}",
         "dlq_topic": "a legal topic name, may contain {bridge_name}: outbox.dlq.{bridge_name}",
+        "progress_topic": "a legal topic name, may contain {bridge_name}: outbox.progress.{bridge_name}",
         "producer_extra": "a table/JSON object of librdkafka settings with string, number or boolean values",
         "metrics_host": "a host name or IP address to listen on",
         "retention": "a positive number and a unit (s, m, h, d, w), e.g. 90m, 12h, 7d, 2w; unset keeps every row",

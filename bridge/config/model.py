@@ -27,9 +27,10 @@ from bridge.config.sections import (
     SchemaSection,
     TopicSection,
 )
-from bridge.config.settings import BridgeSettings, RecordFormat, ValueFormat, parse_duration
+from bridge.config.settings import BridgeSettings, DeliveryMode, RecordFormat, ValueFormat, parse_duration
 from bridge.config.templates import is_legal_topic_name, render_template, topic_pattern
 from bridge.kafka.client_security import SecurityProtocol, connection_settings, security_conflicts
+from bridge.kafka.transaction_policy import BROKER_TRANSACTION_MAX_TIMEOUT_MS, TransactionPolicy, transactional_id
 
 
 class BridgeConfig(BridgeSettings):
@@ -144,6 +145,53 @@ class BridgeConfig(BridgeSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _transactions_fit(self) -> BridgeConfig:
+        env = ENV_NAMES
+        if not is_legal_topic_name(self.progress_topic_name):
+            raise ValueError(
+                f"{env['progress_topic']}={self.progress_topic!r} with {env['bridge_name']}={self.bridge_name!r} "
+                f"renders {self.progress_topic_name!r}, which Kafka refuses: a topic name is 1 to 249 of [a-zA-Z0-9._-]"
+            )
+        if self.progress_topic_name == self.dlq_topic_name or self.topic_for_pattern().fullmatch(
+                self.progress_topic_name):
+            raise ValueError(
+                f"{env['progress_topic']} renders {self.progress_topic_name!r}, which is also the dead-letter topic "
+                f"or an event topic of {env['topic_template']}={self.topic_template!r}; choose a topic of its own"
+            )
+        if self.delivery is not DeliveryMode.EXACTLY_ONCE:
+            return self
+        if "transactional.id" in self.producer_extra:
+            raise ValueError(
+                f"{EXTRA_ENV_NAME} sets transactional.id, which {env['delivery']}=exactly-once derives from "
+                f"{env['bridge_name']} (every instance of a name must share it to fence the others); remove it"
+            )
+        if self.transaction_max_events > self.max_in_flight:
+            raise ValueError(
+                f"{env['transaction_max_events']}={self.transaction_max_events} is above "
+                f"{env['max_in_flight']}={self.max_in_flight}: a transaction's events stay in flight until it "
+                f"commits, so it could never fill; lower {env['transaction_max_events']} or raise "
+                f"{env['max_in_flight']}"
+            )
+        if self.transaction_interval_ms >= self.delivery_timeout_ms:
+            raise ValueError(
+                f"{env['transaction_interval_ms']}={self.transaction_interval_ms} must be below "
+                f"{env['delivery_timeout_ms']}={self.delivery_timeout_ms}, which is also the transaction timeout: "
+                "the broker would abort a transaction before the bridge commits it"
+            )
+        if self.delivery_timeout_ms > BROKER_TRANSACTION_MAX_TIMEOUT_MS:
+            raise ValueError(
+                f"{env['delivery_timeout_ms']}={self.delivery_timeout_ms} is also the transaction timeout with "
+                f"{env['delivery']}=exactly-once, and brokers refuse one above transaction.max.timeout.ms "
+                f"({BROKER_TRANSACTION_MAX_TIMEOUT_MS} by default); lower it"
+            )
+        return self
+
+    @property
+    def progress_topic_name(self) -> str:
+        """The progress topic of exactly-once delivery, with the bridge name filled in."""
+        return render_template(self.progress_topic, "bridge_name", self.bridge_name)
+
     @property
     def topic_retention_ms(self) -> int:
         """`retention.ms` of topics the bridge creates: -1 (every record kept) for `forever`."""
@@ -246,6 +294,21 @@ class BridgeConfig(BridgeSettings):
             user=self.schema_registry_user,
             password=self.schema_registry_password,
             schema_dir=Path(self.schema_dir).expanduser() if self.schema_dir else None,
+        )
+
+    @cached_property
+    def transactions(self) -> TransactionPolicy | None:
+        """The exactly-once publisher's settings; None in at-least-once delivery."""
+        if self.delivery is not DeliveryMode.EXACTLY_ONCE:
+            return None
+        return TransactionPolicy(
+            transactional_id=transactional_id(self.bridge_name),
+            max_events=self.transaction_max_events,
+            interval_s=self.transaction_interval_ms / 1000,
+            progress_topic=self.progress_topic_name,
+            progress_key=self.bridge_name.encode(),
+            # Fencing the previous leader blocks the term: well inside the lease it must renew meanwhile.
+            init_timeout_s=self.lease_timeout_s / 2,
         )
 
     @cached_property

@@ -37,6 +37,15 @@ class PoisonPolicy(StrEnum):
     DEAD_LETTER = "dead-letter"
 
 
+class DeliveryMode(StrEnum):
+    """What the bridge promises consumers: `at-least-once` (an idempotent producer, bounded duplicates after a
+    crash or a takeover) or `exactly-once` (a transactional producer; `read_committed` consumers see each event
+    once)."""
+
+    AT_LEAST_ONCE = "at-least-once"
+    EXACTLY_ONCE = "exactly-once"
+
+
 class RecordFormat(StrEnum):
     """How an event becomes a Kafka record: the design's own format, or CloudEvents 1.0 in binary content mode
     (the same key, value and headers, plus the event's `ce_` attributes and `content-type`)."""
@@ -161,6 +170,17 @@ class BridgeSettings(LayeredSettings):
     start_from: str | None = Field(
         default=None,
         description="where a new, retired or passed-over bridge name starts: earliest or a seq (audited)",
+    )
+    delivery: DeliveryMode = Field(default=DeliveryMode.AT_LEAST_ONCE, description="at-least-once or exactly-once")
+    transaction_max_events: int = Field(
+        default=5000, ge=1, le=1_000_000, description="exactly-once: events after which a transaction is committed"
+    )
+    transaction_interval_ms: int = Field(
+        default=100, ge=1, le=600_000, description="exactly-once: age at which an open transaction is committed"
+    )
+    progress_topic: str = Field(
+        default="outbox.progress.{bridge_name}",
+        description="exactly-once: compacted topic of the last seq each transaction committed",
     )
     poison_policy: PoisonPolicy = Field(default=PoisonPolicy.HALT, description="on an unpublishable event")
     dead_letter_alert_after: str = Field(
@@ -320,9 +340,9 @@ class BridgeSettings(LayeredSettings):
     def _topic_template_renders_legal_names(cls, value: str) -> str:
         return check_template(value, "aggregate_type", "x")
 
-    @field_validator("dlq_topic")
+    @field_validator("dlq_topic", "progress_topic")
     @classmethod
-    def _dlq_topic_template_is_valid(cls, value: str) -> str:
+    def _bridge_topic_templates_are_valid(cls, value: str) -> str:
         return check_template(value, "bridge_name", "x")
 
     @field_validator("producer_extra")
