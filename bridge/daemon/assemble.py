@@ -2,9 +2,10 @@
 
 Each collaborator gets the section it uses: the engine the database section, the producer the producer section
 (`as_librdkafka_dict()`), the topic guard and the poison gate the topic section, the loop its own. With tracing on
-(`OTEL_TRACES_EXPORTER`), the producer is a `TracedPublisher`; with `BRIDGE_VALUE_FORMAT=json-schema` the gate
-frames values with the registry's schemas, and a start-up step checks the registry answers the bridge's login
-before it stands by or leads. Tests that want other collaborators (an in-memory
+(`OTEL_TRACES_EXPORTER`), the producer is a `TracedPublisher`; with `BRIDGE_DELIVERY=exactly-once`, a
+`TransactionalPublisher`, and each term asks the progress topic where Kafka's commits end; with
+`BRIDGE_VALUE_FORMAT=json-schema` the gate frames values with the registry's schemas, and a start-up step checks the
+registry answers the bridge's login before it stands by or leads. Tests that want other collaborators (an in-memory
 publisher, a topic guard that accepts everything, a reader over a fault proxy) pass them here, or build
 `BridgeDaemon` directly.
 """
@@ -25,8 +26,11 @@ from bridge.daemon.loop import BridgeDaemon, new_instance_id
 from bridge.daemon.poison import producer_limit
 from bridge.daemon.startup import StartupStep
 from bridge.kafka.access import check_connection
+from bridge.kafka.progress import ProgressTopic, committed_seq
 from bridge.kafka.publisher import DeliveryCallback, KafkaPublisher, Publisher
 from bridge.kafka.topics import TopicChecker, TopicGuard
+from bridge.kafka.transaction_policy import TransactionPolicy
+from bridge.kafka.transactional import TransactionalPublisher
 from bridge.metrics import BridgeMetrics
 from bridge.schemas.values import SchemaValues
 from bridge.store.engine import make_engine, make_reader
@@ -58,9 +62,12 @@ def build_daemon(
     engine: Engine | None = None,
     reader_factory: Callable[[Engine], OutboxReader] = make_reader,
     tracer_provider: Any = None,
+    committed: Callable[[], int | None] | None = None,
 ) -> BridgeDaemon:
     """The daemon for `config`, with real collaborators unless others are given. `tracer_provider` (an OpenTelemetry
-    SDK `TracerProvider`) turns the publish spans on with it instead of one made from the `OTEL_*` variables."""
+    SDK `TracerProvider`) turns the publish spans on with it instead of one made from the `OTEL_*` variables. In
+    exactly-once delivery the publisher is transactional, and `committed` (by default: read from the progress topic)
+    says where Kafka's commits end."""
     database = config.database
     topics = config.topics
     engine = engine or make_engine(database.url_text)
@@ -68,11 +75,15 @@ def build_daemon(
     conf = config.producer.as_librdkafka_dict()  # refuses unsafe extras now, before anything starts
     make_publisher = publisher_factory or KafkaPublisher
     finish_tracing: Callable[[], object] = _nothing
-    if publisher_factory is None:
+    client_conf = config.kafka.client_conf()
+    transactions = config.transactions
+    if transactions is not None and publisher_factory is None:
+        make_publisher = partial(TransactionalPublisher, policy=transactions)
+        committed = committed or _committed_in_kafka(client_conf, config, transactions)
+    elif publisher_factory is None:
         traced = _traced_publisher(config, tracer_provider, str(conf.get("client.id", "")))
         if traced is not None:
             make_publisher, finish_tracing = traced
-    client_conf = config.kafka.client_conf()
     guard = topic_guard or TopicGuard(client_conf, topics.policy())
 
     def connected(what: str, check: Callable[[Connection], None]) -> Callable[[], None]:
@@ -136,6 +147,7 @@ def build_daemon(
         kafka_conf={k: v for k, v in client_conf.items() if k != "sasl.password"},
         outbox=database.masked_url,
         values=SchemaValues(catalog) if catalog is not None else None,
+        committed=committed if transactions is not None else None,
     )
 
 
@@ -158,6 +170,23 @@ def registry_catalog(config: BridgeConfig) -> RegistryCatalog | None:
              extra={"registry": url, "subjects": section.naming.value,
                     "registers_from": str(section.schema_dir) if section.schema_dir else None})
     return RegistryCatalog(registry_client(section), section.naming, section.schema_dir, url)
+
+
+def _committed_in_kafka(client_conf: dict[str, Any], config: BridgeConfig,
+                        transactions: TransactionPolicy) -> Callable[[], int | None]:
+    """The last seq Kafka committed for this bridge, from its progress topic (created, or checked, the first time)."""
+    topics = config.topics
+    progress = ProgressTopic(client_conf, topics.policy(), transactions.progress_topic, topics.allow_create)
+    ensured: list[bool] = []
+
+    def committed() -> int | None:
+        if not ensured:
+            progress.ensure()
+            ensured.append(True)
+        return committed_seq(client_conf, transactions.progress_topic, transactions.progress_key,
+                             timeout=transactions.init_timeout_s)
+
+    return committed
 
 
 def _nothing() -> None:

@@ -27,13 +27,14 @@ from bridge.core.late import SettledHoles
 from bridge.core.refusals import Refusals
 from bridge.core.watermark import AckTracker
 from bridge.daemon import history
+from bridge.daemon.ending import Ending
 from bridge.daemon.leadership import Leadership
 from bridge.daemon.persisting import Persisting
 from bridge.daemon.poison import PRODUCER_MAX_MESSAGE_BYTES, PoisonGate
 from bridge.daemon.retention import Retention
 from bridge.daemon.startup import Failing, Startup, StartupClock, StartupStep
 from bridge.daemon.tally import Tally
-from bridge.daemon.term import Ending, Term
+from bridge.daemon.term import Term
 from bridge.daemon.term_parts import NewPublisher, TermParts
 from bridge.errors import (
     DatabaseLoginError,
@@ -99,6 +100,7 @@ class BridgeDaemon:
         kafka_conf: Mapping[str, Any] = MappingProxyType({}),
         outbox: str = "",
         values: SchemaValues | None = None,
+        committed: Callable[[], int | None] | None = None,
     ) -> None:
         if (retention is None) != (retention_pass is None):
             raise ValueError("retention and retention_pass go together")
@@ -121,7 +123,7 @@ class BridgeDaemon:
             gate=PoisonGate(topics, settings.poison_policy, topic_guard, self.metrics, refusals, producer_limit,
                             on_dead_letter=persisting.dead_letter_sent, outbox=outbox, values=values),
             refusals=refusals, settled=SettledHoles(), persisting=persisting, tally=self._tally,
-            metrics=self.metrics, stop=self._stop, kafka_conf=kafka_conf,
+            metrics=self.metrics, stop=self._stop, kafka_conf=kafka_conf, committed=committed,
         )
         #: Seqs at or below this were deleted before this bridge published them, and the operator accepted it
         #: (`--start-from`): gaps there are deleted rows, not rolled-back transactions.

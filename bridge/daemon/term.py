@@ -5,6 +5,9 @@ term has its own ack tracker (the one cursor), reader, producer and records in f
 it is asked to stop, the lease is lost, or something retrying cannot fix happens, and returns how it ended
 (an `Ending`, with the exit code) instead of calling back into the loop.
 
+Exactly-once (`parts.committed` set): a delivery is reported once its transaction committed, and a new producer
+first resumes after the last seq Kafka committed if that is ahead of the watermark (`_resume_after_committed`).
+
 One thread: serve delivery reports, checkpoint on an interval (late rows, persist and renew, rewind
 requests), read while the in-flight window has room, and wait for new rows when idle. A failed delivery
 discards the producer and rewinds to the watermark; a failed read or topic check backs off and retries.
@@ -14,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
 
@@ -22,6 +24,7 @@ from bridge.backoff import Backoff, BackoffPolicy
 from bridge.core.holes import SeqRange
 from bridge.core.watermark import AckTracker
 from bridge.daemon import rewinds
+from bridge.daemon.ending import STOPPED, Ending
 from bridge.daemon.in_flight import InFlight
 from bridge.daemon.term_parts import TermParts
 from bridge.errors import (
@@ -37,25 +40,13 @@ from bridge.errors import (
 from bridge.exits import EXIT_OK, EXIT_POISON, EXIT_UNSAFE, EXIT_USAGE
 from bridge.kafka.access import KafkaAccessError
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, Publisher
+from bridge.kafka.transactional import is_fenced
 from bridge.store.reader import OutboxReader
 
 log = logging.getLogger("bridge.daemon")
 
 #: How long a rewind waits for in-flight acks before it discards the producer.
 REWIND_DRAIN_S = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class Ending:
-    """How a term ended. `code` is the process's exit code, or None when the lease was lost and the loop
-    stands by again; `why` says what happened; `halted` is the poison event a halt stopped before."""
-
-    code: int | None
-    why: str
-    halted: PoisonEventError | None = None
-
-
-STOPPED = Ending(EXIT_OK, "stopped")
 
 
 class Term:
@@ -84,6 +75,8 @@ class Term:
         #: rows at a time, not one query per row. 0 after a full read: a backlog reads at once.
         self._next_read_at = 0.0
         self.publisher = self._new_publisher()
+        #: Exactly-once: what Kafka committed is still to be asked, after the new producer fenced its predecessors.
+        self._resume_pending = parts.committed is not None
 
     def run(self) -> Ending:
         settings = self.settings
@@ -96,8 +89,10 @@ class Term:
             while not self._parts.stop.is_set():
                 self.publisher.poll(0)
                 self.in_flight.flush_published()
-                if self.publisher.failure is not None:
-                    refused = self.in_flight.refusal(self.publisher.failure)
+                if (failure := self.publisher.failure) is not None:
+                    if is_fenced(failure):
+                        raise FencedError(f"fenced by a new leader's producer ({failure.reason}); standing down")
+                    refused = self.in_flight.refusal(failure)
                     if refused is not None:
                         return self._shutdown(self._refused(refused))
                     self._rebuild()
@@ -207,6 +202,8 @@ class Term:
         # the lease, which is not renewed meanwhile.
         publisher.close(min(CLOSE_TIMEOUT_S, self.settings.lease_timeout_s / 2))
         self._restart_from(tracker.watermark)
+        # A commit reported failed may have succeeded all the same (its answer was lost): ask Kafka.
+        self._resume_pending = self._parts.committed is not None
 
     def _restart_from(self, watermark: int) -> None:
         """Forget everything in flight, continue reading after `watermark`, with a new producer."""
@@ -244,6 +241,8 @@ class Term:
         (the window is full, a suspect record must go alone) needs no rewind: the next read starts after
         the last seq the tracker accounted for.
         """
+        if self._resume_pending:
+            self._resume_after_committed()
         settings, tracker, refusals, metrics = self.settings, self.tracker, self._refusals, self._metrics
         limit = min(settings.read_batch_size, settings.max_in_flight - tracker.in_flight_count)
         if limit <= 0 or refusals.alone is not None:
@@ -288,6 +287,18 @@ class Term:
         finally:
             metrics.in_flight_events.set(tracker.in_flight_count)
             metrics.in_flight_bytes.set(tracker.in_flight_bytes)
+
+    def _resume_after_committed(self) -> None:
+        """Exactly-once: continue after the last seq Kafka committed if it is ahead of the watermark (a crash after
+        a commit, before the persist). A KafkaException leaves it pending, retried as a failed read is."""
+        assert self._parts.committed is not None
+        committed, watermark = self._parts.committed(), self.tracker.watermark
+        self._resume_pending = False
+        if committed is not None and committed > watermark:
+            log.info("resuming after the last seq Kafka committed, above the watermark",
+                     extra={"committed_seq": committed, "watermark": watermark})
+            self.tracker.reset(committed)
+            self.reader.forget_holes()
 
     def _passed_deleted(self, gap: SeqRange) -> int:
         """Count the part of a settled gap that cleanup deleted (accepted with `--start-from`); return its size."""

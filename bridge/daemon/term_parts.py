@@ -42,3 +42,6 @@ class TermParts:
     stop: threading.Event
     #: The Kafka client settings, without the password: for the refusal messages (principal, bootstrap, CA).
     kafka_conf: Mapping[str, Any]
+    #: Exactly-once delivery: the last seq Kafka committed for this bridge (None: nothing yet), asked after each
+    #: new producer fenced its predecessors. None in at-least-once delivery.
+    committed: Callable[[], int | None] | None = None

@@ -1,18 +1,32 @@
-"""The publisher contract (tests/contracts/publisher.py) on `KafkaPublisher` against a real broker, with the
-bridge's own producer settings; the unit tests run the same suite on the in-memory publisher."""
+"""The publisher contract (tests/contracts/publisher.py) on `KafkaPublisher` and on `TransactionalPublisher`
+against a real broker, with the bridge's own producer settings (the transactional one's records read back as a
+`read_committed` consumer does); the unit tests run the same suite on the in-memory publishers. And what only a
+real broker shows of the transactional one: a new producer fences the old, and each commit writes its progress."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from bridge.config import BridgeConfig
 from bridge.kafka.producer_settings import producer_settings
+from bridge.kafka.progress import committed_seq
 from bridge.kafka.publisher import DeliveryCallback, KafkaPublisher
-from tests.contracts.publisher import SMALL_TOPIC_LIMIT, Landed, NewPublisher, PublisherContract
+from bridge.kafka.transactional import TransactionalPublisher, is_fenced
+from tests.contracts.publisher import (
+    GENERATION,
+    SMALL_TOPIC_LIMIT,
+    Landed,
+    NewPublisher,
+    PublisherContract,
+    Reports,
+    record,
+)
 from tests.support import bridge_config, read_topic, record_seq
 
 pytestmark = pytest.mark.timeout(180)
@@ -69,3 +83,77 @@ class TestKafkaPublisher(PublisherContract):
             return [(m.key(), record_seq(m)) for m in records]
 
         return read
+
+
+class TestTransactionalPublisher(TestKafkaPublisher):
+    """The same contract, each record reported once its transaction committed."""
+
+    @pytest.fixture()
+    def config(self, kafka_bootstrap: str, sqlite_url: str, topic_factory: Callable[..., str]) -> BridgeConfig:
+        config = bridge_config(sqlite_url, kafka_bootstrap, delivery="exactly-once", transaction_interval_ms=50)
+        topic_factory(name=config.progress_topic_name, partitions=1, config={"cleanup.policy": "compact"})
+        return config
+
+    @pytest.fixture()
+    def new_publisher(self, config: BridgeConfig) -> Iterator[NewPublisher]:
+        settings = producer_settings(config.producer).conf
+        policy = config.transactions
+        assert policy is not None
+        made: list[TransactionalPublisher] = []
+
+        def make(on_delivery: DeliveryCallback) -> TransactionalPublisher:
+            made.append(TransactionalPublisher(settings, on_delivery, policy))
+            assert made[-1].failure is None, made[-1].failure
+            return made[-1]
+
+        yield make
+        for publisher in made:
+            publisher.close(0)
+
+    def test_each_commit_records_the_last_seq_it_covers_for_a_read_committed_reader(
+        self, new_publisher: NewPublisher, topic: str, config: BridgeConfig
+    ) -> None:
+        policy = config.transactions
+        assert policy is not None
+        client = config.kafka.client_conf()
+        assert committed_seq(client, policy.progress_topic, policy.progress_key) is None, "nothing committed yet"
+        publisher = new_publisher(Reports())
+        for seq in range(1, 21):
+            publisher.send(record(seq, topic), GENERATION)
+        assert publisher.flush(30) == 0
+        assert committed_seq(client, policy.progress_topic, policy.progress_key) == 20
+        for seq in range(21, 26):
+            publisher.send(record(seq, topic), GENERATION)
+        publisher.poll(0.5)
+        assert committed_seq(client, policy.progress_topic, policy.progress_key) == 25
+
+    def test_a_new_producer_fences_the_old_one_whose_open_transaction_never_becomes_visible(
+        self, config: BridgeConfig, topic: str, landed: Landed
+    ) -> None:
+        settings = producer_settings(config.producer).conf
+        assert config.transactions is not None
+        policy = replace(config.transactions, interval_s=3600.0)  # commits on flush only
+        old_reports, new_reports = Reports(), Reports()
+        old = TransactionalPublisher(settings, old_reports, policy)
+        try:
+            old.send(record(1, topic), GENERATION)
+            assert old.flush(30) == 0 and old_reports.seen == [(1, GENERATION, None)]
+            for seq in range(2, 6):
+                old.send(record(seq, topic), GENERATION)
+            deadline = time.monotonic() + 10
+            while len(old) and time.monotonic() < deadline:
+                old.poll(0.1)  # appended, held, not committed: then its process froze
+            assert old_reports.seen == [(1, GENERATION, None)]
+            new = TransactionalPublisher(settings, new_reports, policy)  # a new leader's: fences the old producer
+            try:
+                assert new.failure is None, new.failure
+                new.send(record(2, topic), GENERATION)
+                assert new.flush(30) == 0 and new_reports.seen == [(2, GENERATION, None)]
+            finally:
+                new.close()
+            old.flush(10)  # woken: its commit is refused
+            assert is_fenced(old.failure), old.failure
+            assert sorted(seq for seq, _, err in old_reports.seen if err is not None) == [2, 3, 4, 5]
+        finally:
+            old.close(0)
+        assert sorted(seq for _, seq in landed(topic)) == [1, 2], "a read_committed consumer sees each once"

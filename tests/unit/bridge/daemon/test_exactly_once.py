@@ -1,0 +1,165 @@
+"""A term in exactly-once delivery, on the in-memory outbox, lease store and transactional broker: the watermark
+never runs ahead of what Kafka committed, a restart resumes after what Kafka committed, a dead leader's open
+transaction never becomes visible, a fenced producer stands its term down, and a failed transaction is sent
+again without a duplicate reaching a `read_committed` consumer."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from bridge.config import BridgeConfig, DeliveryMode
+from bridge.core.records import KafkaRecord
+from bridge.daemon import EXIT_OK, BridgeDaemon
+from bridge.kafka.testing import AcceptingTopicGuard, InMemoryCoordinator, InMemoryTransactionalPublisher, Verdict
+from bridge.store.lease import Lease
+from bridge.store.testing import InMemoryLeaseStore, InMemoryOutbox
+
+pytestmark = pytest.mark.unit
+
+CONFIG = BridgeConfig(allow_single_broker=True, replication_factor=1, persist_interval_s=0.01,
+                      poll_interval_min_ms=1, poll_interval_max_ms=1, delivery=DeliveryMode.EXACTLY_ONCE,
+                      transaction_max_events=3, transaction_interval_ms=20)
+SCENARIO_LIMIT_S = 20.0
+
+
+class CheckedStore(InMemoryLeaseStore):
+    """A lease store that records, at every persist, the watermark written and what Kafka had committed."""
+
+    def __init__(self, coordinator: InMemoryCoordinator, watermark: int = 0) -> None:
+        super().__init__(watermark=watermark)
+        self.coordinator = coordinator
+        self.written: list[tuple[int, int]] = []
+
+    def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any], **kw: Any) -> None:
+        self.written.append((watermark, self.coordinator.progress or 0))
+        super().persist(lease, watermark, lease_seconds, status, **kw)
+
+
+def _daemon(outbox: InMemoryOutbox, store: InMemoryLeaseStore, coordinator: InMemoryCoordinator,
+            made: list[InMemoryTransactionalPublisher] | None = None, refuse: Verdict | None = None) -> BridgeDaemon:
+    made = [] if made is None else made
+
+    def new_publisher(on_delivery: Any) -> InMemoryTransactionalPublisher:
+        made.append(InMemoryTransactionalPublisher(on_delivery, coordinator, max_events=CONFIG.transaction_max_events,
+                                                   interval_s=CONFIG.transaction_interval_ms / 1000, refuse=refuse))
+        return made[-1]
+
+    return BridgeDaemon(CONFIG.loop, CONFIG.topics, offsets=store, open_reader=outbox.reader,
+                        new_publisher=new_publisher, topic_guard=AcceptingTopicGuard(), instance_id="unit",
+                        committed=coordinator.committed)
+
+
+def _run_until(daemon: BridgeDaemon, outbox: InMemoryOutbox, done: Callable[[], bool]) -> int:
+    """Run the daemon on this thread until `done` holds when it waits for rows, then stop it."""
+    deadline = time.monotonic() + SCENARIO_LIMIT_S
+
+    def on_wait(_waits: int) -> None:
+        assert time.monotonic() < deadline, "the scenario did not finish"
+        if done():
+            daemon.stop()
+
+    outbox.on_wait = on_wait
+    return daemon.run()
+
+
+def _seqs(records: list[KafkaRecord]) -> list[int]:
+    return [record.seq for record in records]
+
+
+def test_every_event_is_committed_once_and_the_watermark_never_passes_what_kafka_committed() -> None:
+    outbox, coordinator = InMemoryOutbox(), InMemoryCoordinator()
+    store = CheckedStore(coordinator)
+    for n in range(20):
+        outbox.write(f"a{n % 4}")
+    daemon = _daemon(outbox, store, coordinator)
+    assert _run_until(daemon, outbox, lambda: store.watermark == 20) == EXIT_OK
+    assert _seqs(coordinator.delivered) == list(range(1, 21))
+    assert coordinator.progress == 20 and coordinator.commits >= 20 // CONFIG.transaction_max_events
+    assert store.written and all(watermark <= committed for watermark, committed in store.written), store.written
+
+
+def test_a_restart_resumes_after_what_kafka_committed_not_after_an_older_watermark(
+        caplog: pytest.LogCaptureFixture) -> None:
+    outbox, coordinator = InMemoryOutbox(), InMemoryCoordinator()
+    store = InMemoryLeaseStore()
+    for _ in range(10):
+        outbox.write()
+    first = _daemon(outbox, store, coordinator)
+    assert _run_until(first, outbox, lambda: store.watermark == 10) == EXIT_OK
+    store.watermark = 4  # as if the process died after Kafka committed 5..10 and before it persisted them
+    for _ in range(5):
+        outbox.write()
+    second = _daemon(outbox, store, coordinator)
+    with caplog.at_level(logging.INFO, logger="bridge.daemon"):
+        assert _run_until(second, outbox, lambda: store.watermark == 15) == EXIT_OK
+    assert _seqs(coordinator.delivered) == list(range(1, 16)), "5..10 are not sent again"
+    resumed = [r for r in caplog.records if r.getMessage().startswith("resuming after the last seq Kafka committed")]
+    assert [(r.committed_seq, r.watermark) for r in resumed] == [(10, 4)]  # type: ignore[attr-defined]
+
+
+def test_a_dead_leaders_open_transaction_never_becomes_visible() -> None:
+    outbox, coordinator = InMemoryOutbox(), InMemoryCoordinator()
+    store = InMemoryLeaseStore()
+    for _ in range(6):
+        outbox.write()
+    dead = InMemoryTransactionalPublisher(lambda *_: None, coordinator, max_events=100, interval_s=3600)
+    for seq in (1, 2, 3):
+        dead.send(KafkaRecord.of(seq, "u.order", b"a", b"{}", [("seq", str(seq).encode())]), 0)
+    dead.poll(0)  # appended, not committed: its process froze here
+    daemon = _daemon(outbox, store, coordinator)
+    assert _run_until(daemon, outbox, lambda: store.watermark == 6) == EXIT_OK
+    dead.commit()  # woken: too late, the new leader's producer fenced it
+    assert dead.failure is not None and dead.failure.code == KafkaError._FENCED
+    assert _seqs(coordinator.delivered) == [1, 2, 3, 4, 5, 6], "only the new leader's records are committed"
+
+
+def test_a_producer_fenced_by_a_new_one_stands_its_term_down_and_nothing_it_held_is_visible(
+        caplog: pytest.LogCaptureFixture) -> None:
+    outbox, coordinator = InMemoryOutbox(), InMemoryCoordinator()
+    store = InMemoryLeaseStore()
+    for _ in range(3):
+        outbox.write()
+    made: list[InMemoryTransactionalPublisher] = []
+    daemon = _daemon(outbox, store, coordinator, made)
+    rival: list[InMemoryTransactionalPublisher] = []
+
+    def done() -> bool:
+        if not rival and store.watermark == 3:
+            for _ in range(3):
+                outbox.write()
+            rival.append(InMemoryTransactionalPublisher(lambda *_: None, coordinator))  # fences the term's producer
+            return False
+        return bool(rival) and store.watermark == 6
+
+    with caplog.at_level(logging.WARNING):
+        assert _run_until(daemon, outbox, done) == EXIT_OK
+    assert any("fenced by a new leader's producer" in str(getattr(r, "error", "")) for r in caplog.records), \
+        "the term stood down, saying why"
+    assert _seqs(coordinator.delivered) == [1, 2, 3, 4, 5, 6]
+    assert len(made) >= 2, "the next term made a producer of its own"
+
+
+def test_a_failed_transaction_is_sent_again_without_a_duplicate_reaching_read_committed_consumers() -> None:
+    outbox, coordinator = InMemoryOutbox(), InMemoryCoordinator()
+    store = InMemoryLeaseStore()
+    for _ in range(9):
+        outbox.write()
+    refused: list[int] = []
+
+    def once(record: KafkaRecord) -> KafkaError | None:
+        if record.seq == 5 and not refused:
+            refused.append(record.seq)
+            return KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out")
+        return None
+
+    made: list[InMemoryTransactionalPublisher] = []
+    daemon = _daemon(outbox, store, coordinator, made, refuse=once)
+    assert _run_until(daemon, outbox, lambda: store.watermark == 9) == EXIT_OK
+    assert refused == [5] and len(made) >= 2, "the failed producer was discarded"
+    assert _seqs(coordinator.delivered) == list(range(1, 10)), "the aborted transaction's records appear once"
