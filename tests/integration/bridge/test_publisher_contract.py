@@ -124,8 +124,10 @@ class TestTransactionalPublisher(TestKafkaPublisher):
         assert committed_seq(client, policy.progress_topic, policy.progress_key) == 20
         for seq in range(21, 26):
             publisher.send(record(seq, topic), GENERATION)
-        publisher.poll(0.5)
-        assert committed_seq(client, policy.progress_topic, policy.progress_key) == 25
+        served_until = time.monotonic() + 1.0  # the daemon polls every turn: well past the 50 ms interval
+        while time.monotonic() < served_until:
+            publisher.poll(0.1)
+        assert committed_seq(client, policy.progress_topic, policy.progress_key) == 25, "committed by age"
 
     def test_a_new_producer_fences_the_old_one_whose_open_transaction_never_becomes_visible(
         self, config: BridgeConfig, topic: str, landed: Landed
