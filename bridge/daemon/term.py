@@ -90,7 +90,7 @@ class Term:
                 self.publisher.poll(0)
                 self.in_flight.flush_published()
                 if (failure := self.publisher.failure) is not None:
-                    if is_fenced(failure):
+                    if is_fenced(failure) and self._parts.committed is not None:  # exactly-once only
                         raise FencedError(f"fenced by a new leader's producer ({failure.reason}); standing down")
                     refused = self.in_flight.refusal(failure)
                     if refused is not None:
