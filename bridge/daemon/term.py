@@ -37,7 +37,7 @@ from bridge.errors import (
     TopicSafetyError,
     TransientStoreError,
 )
-from bridge.exits import EXIT_OK, EXIT_POISON, EXIT_UNSAFE, EXIT_USAGE
+from bridge.exits import EXIT_POISON, EXIT_UNSAFE, EXIT_USAGE
 from bridge.kafka.access import KafkaAccessError
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, Publisher
 from bridge.kafka.transactional import is_fenced
