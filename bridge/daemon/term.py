@@ -40,7 +40,7 @@ from bridge.errors import (
 from bridge.exits import EXIT_POISON, EXIT_UNSAFE, EXIT_USAGE
 from bridge.kafka.access import KafkaAccessError
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, Publisher
-from bridge.kafka.transactional import is_fenced
+from bridge.kafka.transactional import ProgressMarking, is_fenced
 from bridge.store.reader import OutboxReader
 
 log = logging.getLogger("bridge.daemon")
@@ -205,22 +205,34 @@ class Term:
         # A commit reported failed may have succeeded all the same (its answer was lost): ask Kafka.
         self._resume_pending = self._parts.committed is not None
 
-    def _restart_from(self, watermark: int) -> None:
-        """Forget everything in flight, continue reading after `watermark`, with a new producer."""
+    def _restart_from(self, watermark: int, publisher: Publisher | None = None) -> None:
+        """Forget everything in flight, continue reading after `watermark`, with a new producer (`publisher`, or
+        one made now)."""
         self._persisting.forget_dead_letters(above=watermark)
         self.tracker.reset(watermark)
         self.in_flight.forget()
         self._refusals.restart()
         self.reader.forget_holes()
         self._settled.forget_from(watermark + 1)
-        self.publisher = self._new_publisher()
+        self.publisher = publisher if publisher is not None else self._new_publisher()
 
     def _rewind(self, rewind: rewinds.Rewind) -> None:
         """Carry out a rewind: drain (bounded, well inside the lease), discard the producer, continue
-        after `rewind.to` once the lower watermark is stored under this lease."""
+        after `rewind.to` once the lower watermark is stored under this lease.
+
+        Exactly-once: Kafka's progress is lowered to `rewind.to` first (`_mark_rewind`), since a restart resumes
+        after whichever of it and the stored watermark is higher; lowered second, a crash between the two would
+        resume after the old progress and skip the re-send. If it cannot be lowered, nothing is rewound now: a
+        request stays pending and late rows are found again, both at the next checkpoint."""
         settings = self.settings
         self._drain(min(REWIND_DRAIN_S, settings.shutdown_timeout_s, settings.lease_timeout_s / 4))
         self.publisher.close()
+        publisher = None
+        if self._parts.committed is not None:
+            publisher = self._new_publisher()
+            if not self._mark_rewind(publisher, rewind.to):
+                self._restart_from(self.tracker.watermark, publisher)
+                return
         resume_at = rewind.to
         if rewind.request is not None:
             lease = self.leadership.lease
@@ -229,8 +241,20 @@ class Term:
                 self._tally.rewinds_applied += 1
             else:
                 resume_at = self.tracker.watermark  # the request cannot be applied now: carry on from here
-        self._restart_from(resume_at)
+        self._restart_from(resume_at, publisher)
         self._metrics.watermark_seq.set(self.tracker.watermark)
+
+    def _mark_rewind(self, publisher: Publisher, to: int) -> bool:
+        """Exactly-once: commit Kafka's progress at `to` with `publisher` (a deliberate re-send follows)."""
+        assert isinstance(publisher, ProgressMarking), "exactly-once delivery takes a transactional publisher"
+        if publisher.mark_progress(to):
+            log.info("rewinding: Kafka's progress lowered first, what follows is sent again on purpose",
+                     extra={"rewind_to": to, "watermark": self.tracker.watermark})
+            return True
+        failure = publisher.failure
+        log.warning("could not lower Kafka's progress for a rewind; rewinding at the next checkpoint",
+                    extra={"rewind_to": to, "error": failure.reason if failure is not None else None})
+        return False
 
     # ---------------------------------------------------------------------------------------- read
 

@@ -197,6 +197,17 @@ class InMemoryTransactionalPublisher(InMemoryPublisher):
             self._on_delivery(seq, generation, None)
         return len(held)
 
+    def mark_progress(self, seq: int) -> bool:
+        """A transaction of only a progress record at `seq` (`TransactionalPublisher.mark_progress`)."""
+        if self._epoch != self.coordinator.epoch and self.failure is None:
+            self.failure = DeliveryFailure(None, KafkaError._FENCED, "Local: This instance has been fenced by a "
+                                           "newer instance", fatal=True)
+        if self.failure is not None:
+            return False
+        self.coordinator.progress = seq
+        self.coordinator.commits += 1
+        return True
+
     def _abort(self, why: str) -> None:
         self.delivered.clear()
         held, self._held = self._held, []

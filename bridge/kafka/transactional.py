@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
@@ -32,6 +32,13 @@ log = logging.getLogger("bridge.kafka.publisher")
 #: The errors that mean another producer with this transactional.id took over: this one can never commit again.
 FENCED_CODES: Final = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
                                  KafkaError.TRANSACTION_COORDINATOR_FENCED})
+
+
+@runtime_checkable
+class ProgressMarking(Protocol):
+    """A publisher that can lower Kafka's progress record on purpose (a rewind): the exactly-once ones."""
+
+    def mark_progress(self, seq: int) -> bool: ...
 
 
 def is_fenced(failure: DeliveryFailure | None) -> bool:
@@ -160,6 +167,28 @@ class TransactionalPublisher(KafkaPublisher):
         level = logging.WARNING if err.code() in FENCED_CODES else logging.ERROR
         log.log(level, "transaction failed", extra={"during": during, "error": err.str(), "code": err.name()})
         return err
+
+    def mark_progress(self, seq: int) -> bool:
+        """Commit a transaction holding only a progress record at `seq`, before a rewind to `seq` is stored: a
+        restart then resumes after `seq` even if it comes before anything re-sent is committed. False (and
+        `failure` set) when it could not; call it with no transaction open (a new producer)."""
+        assert self._began is None, "a progress mark is a transaction of its own"
+        timeout = self._policy.init_timeout_s
+        try:
+            self._producer.begin_transaction()
+            self._producer.produce(self._policy.progress_topic, progress_value(seq), self._policy.progress_key,
+                                   on_delivery=self._progress_delivered)
+            self._producer.commit_transaction(timeout)
+        except KafkaException as exc:
+            self._failed(exc, "commit_transaction (progress mark)")
+        if self.failure is not None:
+            if not is_fenced(self.failure):
+                try:
+                    self._producer.abort_transaction(timeout)
+                except KafkaException as exc:
+                    self._failed(exc, "abort_transaction")
+            return False
+        return True
 
     # --------------------------------------------------------------------------- the Publisher calls
 

@@ -163,3 +163,51 @@ def test_a_failed_transaction_is_sent_again_without_a_duplicate_reaching_read_co
     assert _run_until(daemon, outbox, lambda: store.watermark == 9) == EXIT_OK
     assert refused == [5] and len(made) >= 2, "the failed producer was discarded"
     assert _seqs(coordinator.delivered) == list(range(1, 10)), "the aborted transaction's records appear once"
+
+
+class Crash(RuntimeError):
+    """Stands for the process dying (kill -9) at the point a test chooses."""
+
+
+class RewindingStore(InMemoryLeaseStore):
+    """A lease store that notes when a rewind request was stored (the lower watermark written)."""
+
+    rewound = False
+
+    def apply_rewind(self, lease: Lease, request: Any, lease_seconds: float) -> bool:
+        applied = super().apply_rewind(lease, request, lease_seconds)
+        self.rewound = self.rewound or applied
+        return applied
+
+
+def test_a_crash_after_a_rewind_is_stored_and_before_the_next_commit_still_sends_the_rewound_events_again() -> None:
+    outbox, coordinator = InMemoryOutbox(), InMemoryCoordinator()
+    store = RewindingStore()
+    for _ in range(10):
+        outbox.write()
+    assert _run_until(_daemon(outbox, store, coordinator), outbox, lambda: store.watermark == 10) == EXIT_OK
+    store.request_rewind(from_seq=5)  # `outbox-bridge replay --mode rewind --from-seq 5`
+
+    crashed: list[int] = []
+
+    class DiesAfterTheRewind(InMemoryTransactionalPublisher):
+        def send(self, record: KafkaRecord, generation: int) -> None:
+            if store.rewound and not crashed:  # the lower watermark is stored; nothing re-sent is committed yet
+                crashed.append(record.seq)
+                raise Crash("killed before the first re-sent transaction commits")
+            super().send(record, generation)
+
+    def new_publisher(on_delivery: Any) -> InMemoryTransactionalPublisher:
+        return DiesAfterTheRewind(on_delivery, coordinator, max_events=CONFIG.transaction_max_events,
+                                  interval_s=CONFIG.transaction_interval_ms / 1000)
+
+    dying = BridgeDaemon(CONFIG.loop, CONFIG.topics, offsets=store, open_reader=outbox.reader,
+                         new_publisher=new_publisher, topic_guard=AcceptingTopicGuard(), instance_id="dying",
+                         committed=coordinator.committed)
+    with pytest.raises(Crash):
+        _run_until(dying, outbox, lambda: False)
+    assert crashed == [5] and store.watermark == 4
+    store.steal()  # its lease is left to expire; the next leader takes it over
+
+    assert _run_until(_daemon(outbox, store, coordinator), outbox, lambda: store.watermark == 10) == EXIT_OK
+    assert _seqs(coordinator.delivered) == [*range(1, 11), *range(5, 11)], "the rewound events are sent again"

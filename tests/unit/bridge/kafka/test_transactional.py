@@ -153,3 +153,14 @@ def test_the_producer_is_transactional_with_the_delivery_timeout_as_its_transact
     assert publisher.failure is None
     publisher.close()
     assert settings["delivery.timeout.ms"] == 120_000  # the transaction timeout follows it (librdkafka checks)
+
+
+def test_a_progress_mark_is_a_transaction_of_its_own_and_sending_goes_on_after_it() -> None:
+    reports = Reports()
+    publisher = TransactionalPublisher(_settings(), reports, _policy())
+    assert publisher.mark_progress(4) and publisher.failure is None
+    for seq in (5, 6):
+        publisher.send(_record(seq), 1)
+    assert publisher.flush(10) == 0
+    assert sorted(reports.seen, key=lambda report: report[0]) == [(5, 1, None), (6, 1, None)]
+    publisher.close()
