@@ -144,7 +144,8 @@ def build_daemon(
         on_exit=lambda: _finish(engine, finish_tracing),
         instances=InstanceBoard(engine, database.bridge_name, instance_id),
         # For the refusal messages (principal, bootstrap, CA): no need to hold the password there.
-        kafka_conf={k: v for k, v in client_conf.items() if k != "sasl.password"},
+        kafka_conf={**{k: v for k, v in client_conf.items() if k != "sasl.password"},
+                    **({"transactional.id": transactions.transactional_id} if transactions is not None else {})},
         outbox=database.masked_url,
         values=SchemaValues(catalog) if catalog is not None else None,
         committed=committed if transactions is not None else None,

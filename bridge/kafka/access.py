@@ -33,6 +33,8 @@ AUTHORIZATION_CODES: Final = frozenset({
 CHECK_TIMEOUT_S: Final = 10.0
 #: What a refusal names when it does not say which topic.
 BRIDGE_TOPICS: Final = "the bridge's topics"
+#: Where a refusal does not say which transactional.id: the form the bridge derives from its name.
+TRANSACTIONAL_IDS: Final = "outbox-bridge-<BRIDGE_NAME>"
 
 
 class _RefusalsAside:
@@ -114,6 +116,10 @@ def delivery_refused(code: int, reason: str, conf: Mapping[str, Any],
         return denied(conf, "Write", f"topic {named.topic or BRIDGE_TOPICS}", "TOPIC_AUTHORIZATION_FAILED")
     if named is not None:
         code = named.code
+    if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        # Exactly-once delivery: the producer's transactional.id, which fences the bridge's previous producers.
+        return denied(conf, "Write", f"transactional-id {conf.get('transactional.id') or TRANSACTIONAL_IDS}",
+                      KafkaError(code).name())
     if code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
         # The idempotent producer's id: Kafka grants it to a principal that may write some topic.
         return denied(conf, "IdempotentWrite", "cluster (the idempotent producer's id; granted with Write on "
@@ -131,6 +137,8 @@ def denied(conf: Mapping[str, Any], operation: str, resource: str, code_name: st
             f"{principal.split(' ')[0]}"
     if kind in ("topic", "group"):
         fix = f"{grant} --operation {operation} --{kind} {name}"
+    elif kind == "transactional-id":  # initialising the transactions asks for Describe too
+        fix = f"{grant} --operation Write --operation Describe --transactional-id {name.split(' ')[0]}"
     else:  # the cluster: for a producer id, Write on its topics is the least privilege that grants it
         fix = f"{grant} --operation Write --operation Describe --topic outbox.event. --resource-pattern-type prefixed"
     return AccessDenied(

@@ -125,3 +125,13 @@ def test_the_clients_log_of_refused_credentials_is_left_to_the_caller() -> None:
             "Authentication failed during authentication due to invalid credentials with SASL mechanism "
             "SCRAM-SHA-256 (after 5ms in state AUTH_REQ)")
     assert names_refused_credentials(line)
+
+
+def test_a_refused_transactional_id_asks_for_write_and_describe_on_it_not_for_a_topic() -> None:
+    # How the exactly-once publisher reports init_transactions refused: its step, then librdkafka's text.
+    reason = f"init_transactions: {KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED).str()}"
+    conf = {**CONF, "transactional.id": "outbox-bridge-orders"}
+    refused = delivery_refused(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, reason, conf)
+    assert isinstance(refused, AccessDenied)
+    assert "Write on transactional-id outbox-bridge-orders" in str(refused)
+    assert "--operation Write --operation Describe --transactional-id outbox-bridge-orders" in str(refused)
