@@ -58,6 +58,10 @@ class InFlight:
         self._published_pending: dict[str, int] = {}  # acks not yet added to events_published
         self._denied: KafkaAccessError | None = None  # a Write the ACLs refused: stop, do not rebuild
 
+    def __len__(self) -> int:
+        """How many records are sent and not yet answered."""
+        return len(self._sent)
+
     def track(self, row: OutboxRow, record: KafkaRecord) -> None:
         """`record`, built from `row`, is about to be sent."""
         self.tracker.track(row.seq, record.size)

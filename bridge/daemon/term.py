@@ -191,12 +191,19 @@ class Term:
         failure = publisher.failure
         assert failure is not None
         tracker = self.tracker
-        self._tally.last_error = f"delivery of seq {failure.seq} failed: {failure.reason}"
         self._metrics.publish_errors.labels(kind="fatal" if failure.fatal else "delivery").inc()
         self._metrics.producer_rebuilds.inc()
-        log.error("delivery failed; rebuilding the producer and rewinding to the watermark",
-                  extra={"seq": failure.seq, "error": failure.reason, "watermark": tracker.watermark,
-                         "suspect_seqs": self._refusals.suspects[:10], "refused_seqs": self._refusals.culprits})
+        if failure.seq is None and not self.in_flight:
+            # No record was lost: the producer itself failed before it carried any (in exactly-once delivery,
+            # typically its transactions not yet started while the broker still aborts a dead leader's).
+            self._tally.last_error = f"the producer failed: {failure.reason}"
+            log.warning("the producer failed before it carried a record; making a new one",
+                        extra={"error": failure.reason, "watermark": tracker.watermark})
+        else:
+            self._tally.last_error = f"delivery of seq {failure.seq} failed: {failure.reason}"
+            log.error("delivery failed; rebuilding the producer and rewinding to the watermark",
+                      extra={"seq": failure.seq, "error": failure.reason, "watermark": tracker.watermark,
+                             "suspect_seqs": self._refusals.suspects[:10], "refused_seqs": self._refusals.culprits})
         # Finished for good before anything is sent again, so nothing it sent lands after the re-sends; its
         # last reports still count (acks move the watermark, refusals name suspects). Bounded well inside
         # the lease, which is not renewed meanwhile.

@@ -140,11 +140,16 @@ class InMemoryTransactionalPublisher(InMemoryPublisher):
 
     def __init__(self, on_delivery: Callable[[int, int, KafkaError | None], None], coordinator: InMemoryCoordinator,
                  *, max_events: int = 1000, interval_s: float = 0.0, hold: bool = False,
-                 refuse: Verdict | None = None) -> None:
+                 refuse: Verdict | None = None, init_error: KafkaError | None = None) -> None:
         super().__init__(on_delivery, [], hold=hold, refuse=refuse)  # `delivered`: the open transaction's records
         self.coordinator = coordinator
-        coordinator.epoch += 1
-        self._epoch = coordinator.epoch
+        if init_error is not None:  # init_transactions failed (timed out, refused): this producer never sends
+            self.failure = DeliveryFailure(None, init_error.code(), f"init_transactions: {init_error.str()}",
+                                           fatal=init_error.fatal())
+            self._epoch = -1
+        else:
+            coordinator.epoch += 1
+            self._epoch = coordinator.epoch
         self._max_events = max_events
         self._interval_s = interval_s
         self._began: float | None = None

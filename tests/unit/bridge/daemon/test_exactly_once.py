@@ -211,3 +211,30 @@ def test_a_crash_after_a_rewind_is_stored_and_before_the_next_commit_still_sends
 
     assert _run_until(_daemon(outbox, store, coordinator), outbox, lambda: store.watermark == 10) == EXIT_OK
     assert _seqs(coordinator.delivered) == [*range(1, 11), *range(5, 11)], "the rewound events are sent again"
+
+
+def test_a_producer_whose_transactions_did_not_start_is_replaced_without_claiming_a_failed_delivery(
+        caplog: pytest.LogCaptureFixture) -> None:
+    outbox, coordinator = InMemoryOutbox(), InMemoryCoordinator()
+    store = InMemoryLeaseStore()
+    for _ in range(4):
+        outbox.write()
+    made: list[InMemoryTransactionalPublisher] = []
+
+    def new_publisher(on_delivery: Any) -> InMemoryTransactionalPublisher:
+        # The first times out in init_transactions, as while the broker still aborts a dead leader's transaction.
+        timed_out = KafkaError(KafkaError._TIMED_OUT, "Local: Timed out") if not made else None
+        made.append(InMemoryTransactionalPublisher(on_delivery, coordinator, max_events=CONFIG.transaction_max_events,
+                                                   interval_s=CONFIG.transaction_interval_ms / 1000,
+                                                   init_error=timed_out))
+        return made[-1]
+
+    daemon = BridgeDaemon(CONFIG.loop, CONFIG.topics, offsets=store, open_reader=outbox.reader,
+                          new_publisher=new_publisher, topic_guard=AcceptingTopicGuard(), instance_id="unit",
+                          committed=coordinator.committed)
+    with caplog.at_level(logging.WARNING, logger="bridge.daemon"):
+        assert _run_until(daemon, outbox, lambda: store.watermark == 4) == EXIT_OK
+    messages = [r.getMessage() for r in caplog.records]
+    assert "the producer failed before it carried a record; making a new one" in messages
+    assert not [m for m in messages if m.startswith("delivery failed")], messages
+    assert _seqs(coordinator.delivered) == [1, 2, 3, 4]
