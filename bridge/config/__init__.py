@@ -1,12 +1,22 @@
 """The bridge's configuration: typed, frozen, validated once at the edge.
 
 `load_config` (`loading`) layers flags over environment variables over a TOML file over defaults into a
-`BridgeConfig` (`model`), whose fields are the settings as loaded (`settings`, named by `env_names`). Each
-part of the bridge is given only the section it uses (`sections`): `database`, `kafka`, `producer`, `topics`,
-`loop`, `retention_section`, `schemas`, and `transactions` for exactly-once delivery. Topic templates and legal
-topic names are in `templates`; what the logs and the refusals show of credentials, in `masking`.
+`BridgeConfig` (`model`), whose fields are the settings as loaded (`settings`, named by `env_names`; the enums of
+those of a few words in `choices`). Each part of the bridge is given only the section it uses (`sections`):
+`database`, `kafka`, `producer`, `topics`, `loop`, `retention_section`, `schemas`, and `transactions` for
+exactly-once delivery. Topic templates and legal topic names are in `templates`; what the logs and the refusals
+show of credentials, in `masking`.
 """
 
+from bridge.config.choices import (
+    Compression,
+    DeliveryMode,
+    LogLevel,
+    PoisonPolicy,
+    RecordFormat,
+    SubjectNaming,
+    ValueFormat,
+)
 from bridge.config.env_names import CONFIG_FILE_ENV, ENV_NAMES, EXTRA_ENV_NAME, TOML_PRODUCER_TABLE
 from bridge.config.loading import load_config
 from bridge.config.masking import mask_url
@@ -20,19 +30,7 @@ from bridge.config.sections import (
     SchemaSection,
     TopicSection,
 )
-from bridge.config.settings import (
-    MIB,
-    Compression,
-    DeliveryMode,
-    LogLevel,
-    PoisonPolicy,
-    ProducerValue,
-    RecordFormat,
-    SubjectNaming,
-    ValueFormat,
-    parse_duration,
-    parse_start_from,
-)
+from bridge.config.settings import MIB, ProducerValue, parse_duration, parse_start_from
 from bridge.config.templates import LEGAL_TOPIC_NAME, is_legal_topic_name, render_template
 
 __all__ = [

@@ -16,6 +16,7 @@ from typing import Any, Self
 
 from pydantic import model_validator
 
+from bridge.config.choices import DeliveryMode, RecordFormat, ValueFormat
 from bridge.config.env_names import ENV_NAMES, EXTRA_ENV_NAME
 from bridge.config.masking import masked_settings
 from bridge.config.sections import (
@@ -27,10 +28,10 @@ from bridge.config.sections import (
     SchemaSection,
     TopicSection,
 )
-from bridge.config.settings import BridgeSettings, DeliveryMode, RecordFormat, ValueFormat, parse_duration
+from bridge.config.settings import BridgeSettings, parse_duration
 from bridge.config.templates import is_legal_topic_name, render_template, topic_pattern
 from bridge.kafka.client_security import SecurityProtocol, connection_settings, security_conflicts
-from bridge.kafka.transaction_policy import BROKER_TRANSACTION_MAX_TIMEOUT_MS, TransactionPolicy, transactional_id
+from bridge.kafka.transaction_policy import BROKER_TRANSACTION_MAX_TIMEOUT_MS, TransactionPolicy, policy_for
 
 
 class BridgeConfig(BridgeSettings):
@@ -306,15 +307,8 @@ class BridgeConfig(BridgeSettings):
         """The exactly-once publisher's settings; None in at-least-once delivery."""
         if self.delivery is not DeliveryMode.EXACTLY_ONCE:
             return None
-        return TransactionPolicy(
-            transactional_id=transactional_id(self.bridge_name),
-            max_events=self.transaction_max_events,
-            interval_s=self.transaction_interval_ms / 1000,
-            progress_topic=self.progress_topic_name,
-            progress_key=self.bridge_name.encode(),
-            # Fencing the previous leader blocks the term: well inside the lease it must renew meanwhile.
-            init_timeout_s=self.lease_timeout_s / 2,
-        )
+        return policy_for(self.bridge_name, self.transaction_max_events, self.transaction_interval_ms,
+                          self.progress_topic_name, self.lease_timeout_s)
 
     @cached_property
     def loop(self) -> LoopSection:

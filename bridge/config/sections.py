@@ -17,8 +17,9 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from bridge.config.choices import Compression, PoisonPolicy, RecordFormat, SubjectNaming
 from bridge.config.masking import mask_url
-from bridge.config.settings import Compression, PoisonPolicy, ProducerValue, RecordFormat, SubjectNaming
+from bridge.config.settings import ProducerValue
 from bridge.config.templates import is_legal_topic_name, render_template
 from bridge.kafka.producer_settings import ProducerSettings, producer_settings
 from bridge.kafka.topics import TopicPolicy

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import timedelta
-from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final
@@ -18,8 +17,16 @@ from pydantic import Field, SecretStr, field_validator
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from bridge.config.choices import (
+    Compression,
+    DeliveryMode,
+    LogLevel,
+    PoisonPolicy,
+    RecordFormat,
+    SubjectNaming,
+    ValueFormat,
+)
 from bridge.config.templates import check_template
-from bridge.enums import AnyCaseStrEnum
 from bridge.kafka.client_security import SaslMechanism, SecurityProtocol
 from bridge.kafka.producer_settings import is_secret_producer_key
 from bridge.layered_settings import LayeredSettings
@@ -28,67 +35,6 @@ MIB: Final = 1024 * 1024
 _BRIDGE_NAME = re.compile(r"[a-zA-Z0-9._-]{1,100}")
 
 ProducerValue = bool | int | float | str | SecretStr
-
-
-class PoisonPolicy(StrEnum):
-    """What the bridge does with an event that can never be published as it is."""
-
-    HALT = "halt"
-    DEAD_LETTER = "dead-letter"
-
-
-class DeliveryMode(StrEnum):
-    """What the bridge promises consumers: `at-least-once` (an idempotent producer, bounded duplicates after a
-    crash or a takeover) or `exactly-once` (a transactional producer; `read_committed` consumers see each event
-    once)."""
-
-    AT_LEAST_ONCE = "at-least-once"
-    EXACTLY_ONCE = "exactly-once"
-
-
-class RecordFormat(StrEnum):
-    """How an event becomes a Kafka record: the design's own format, or CloudEvents 1.0 in binary content mode
-    (the same key, value and headers, plus the event's `ce_` attributes and `content-type`)."""
-
-    PLAIN = "plain"
-    CLOUDEVENTS = "cloudevents"
-
-
-class ValueFormat(StrEnum):
-    """What a record's value is: the payload bytes as written, or those bytes validated against the event type's
-    JSON Schema in a schema registry and framed with its id (the registry's wire format)."""
-
-    JSON = "json"
-    JSON_SCHEMA = "json-schema"
-
-
-class SubjectNaming(StrEnum):
-    """Which registry subject an event's schema is under: Confluent's TopicRecordNameStrategy (`<topic>-<event
-    type>`), RecordNameStrategy (`<event type>`) or TopicNameStrategy (`<topic>-value`)."""
-
-    TOPIC_RECORD = "topic-record"
-    RECORD = "record"
-    TOPIC = "topic"
-
-
-class Compression(StrEnum):
-    """Producer compression codecs (librdkafka `compression.type`)."""
-
-    NONE = "none"
-    GZIP = "gzip"
-    SNAPPY = "snappy"
-    LZ4 = "lz4"
-    ZSTD = "zstd"
-
-
-class LogLevel(AnyCaseStrEnum):
-    """Log levels of the standard logging module."""
-
-    DEBUG = "DEBUG"
-    INFO = "INFO"
-    WARNING = "WARNING"
-    ERROR = "ERROR"
-    CRITICAL = "CRITICAL"
 
 
 #: An OpenTelemetry exporter name, as `OTEL_TRACES_EXPORTER` lists them (`otlp`, `console`, `otlp_proto_http`).

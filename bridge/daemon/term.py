@@ -23,7 +23,7 @@ from confluent_kafka import KafkaException
 from bridge.backoff import Backoff, BackoffPolicy
 from bridge.core.holes import SeqRange
 from bridge.core.watermark import AckTracker
-from bridge.daemon import rewinds
+from bridge.daemon import exactly_once, rewinds
 from bridge.daemon.ending import STOPPED, Ending
 from bridge.daemon.in_flight import InFlight
 from bridge.daemon.term_parts import TermParts
@@ -40,7 +40,7 @@ from bridge.errors import (
 from bridge.exits import EXIT_POISON, EXIT_UNSAFE, EXIT_USAGE
 from bridge.kafka.access import KafkaAccessError
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, Publisher
-from bridge.kafka.transactional import ProgressMarking, is_fenced
+from bridge.kafka.transactional import is_fenced
 from bridge.store.reader import OutboxReader
 
 log = logging.getLogger("bridge.daemon")
@@ -193,17 +193,8 @@ class Term:
         tracker = self.tracker
         self._metrics.publish_errors.labels(kind="fatal" if failure.fatal else "delivery").inc()
         self._metrics.producer_rebuilds.inc()
-        if failure.seq is None and not self.in_flight:
-            # No record was lost: the producer itself failed before it carried any (in exactly-once delivery,
-            # typically its transactions not yet started while the broker still aborts a dead leader's).
-            self._tally.last_error = f"the producer failed: {failure.reason}"
-            log.warning("the producer failed before it carried a record; making a new one",
-                        extra={"error": failure.reason, "watermark": tracker.watermark})
-        else:
-            self._tally.last_error = f"delivery of seq {failure.seq} failed: {failure.reason}"
-            log.error("delivery failed; rebuilding the producer and rewinding to the watermark",
-                      extra={"seq": failure.seq, "error": failure.reason, "watermark": tracker.watermark,
-                             "suspect_seqs": self._refusals.suspects[:10], "refused_seqs": self._refusals.culprits})
+        self._tally.last_error = exactly_once.log_rebuild(failure, len(self.in_flight), tracker.watermark,
+                                                          self._refusals.suspects[:10], self._refusals.culprits)
         # Finished for good before anything is sent again, so nothing it sent lands after the re-sends; its
         # last reports still count (acks move the watermark, refusals name suspects). Bounded well inside
         # the lease, which is not renewed meanwhile.
@@ -227,17 +218,15 @@ class Term:
         """Carry out a rewind: drain (bounded, well inside the lease), discard the producer, continue
         after `rewind.to` once the lower watermark is stored under this lease.
 
-        Exactly-once: Kafka's progress is lowered to `rewind.to` first (`_mark_rewind`), since a restart resumes
-        after whichever of it and the stored watermark is higher; lowered second, a crash between the two would
-        resume after the old progress and skip the re-send. If it cannot be lowered, nothing is rewound now: a
-        request stays pending and late rows are found again, both at the next checkpoint."""
+        Exactly-once: Kafka's progress is lowered first (`exactly_once`); if it cannot be, nothing is rewound
+        now, and a request or the late rows are taken up at the next checkpoint."""
         settings = self.settings
         self._drain(min(REWIND_DRAIN_S, settings.shutdown_timeout_s, settings.lease_timeout_s / 4))
         self.publisher.close()
         publisher = None
         if self._parts.committed is not None:
             publisher = self._new_publisher()
-            if not self._mark_rewind(publisher, rewind.to):
+            if not exactly_once.mark_rewind(publisher, rewind.to, self.tracker.watermark):
                 self._restart_from(self.tracker.watermark, publisher)
                 return
         resume_at = rewind.to
@@ -250,18 +239,6 @@ class Term:
                 resume_at = self.tracker.watermark  # the request cannot be applied now: carry on from here
         self._restart_from(resume_at, publisher)
         self._metrics.watermark_seq.set(self.tracker.watermark)
-
-    def _mark_rewind(self, publisher: Publisher, to: int) -> bool:
-        """Exactly-once: commit Kafka's progress at `to` with `publisher` (a deliberate re-send follows)."""
-        assert isinstance(publisher, ProgressMarking), "exactly-once delivery takes a transactional publisher"
-        if publisher.mark_progress(to):
-            log.info("rewinding: Kafka's progress lowered first, what follows is sent again on purpose",
-                     extra={"rewind_to": to, "watermark": self.tracker.watermark})
-            return True
-        failure = publisher.failure
-        log.warning("could not lower Kafka's progress for a rewind; rewinding at the next checkpoint",
-                    extra={"rewind_to": to, "error": failure.reason if failure is not None else None})
-        return False
 
     # ---------------------------------------------------------------------------------------- read
 
@@ -320,15 +297,13 @@ class Term:
             metrics.in_flight_bytes.set(tracker.in_flight_bytes)
 
     def _resume_after_committed(self) -> None:
-        """Exactly-once: continue after the last seq Kafka committed if it is ahead of the watermark (a crash after
-        a commit, before the persist). A KafkaException leaves it pending, retried as a failed read is."""
+        """Exactly-once: continue after what Kafka committed, if ahead (`exactly_once.committed_ahead`). A
+        KafkaException leaves it pending, retried as a failed read is."""
         assert self._parts.committed is not None
-        committed, watermark = self._parts.committed(), self.tracker.watermark
+        ahead = exactly_once.committed_ahead(self._parts.committed, self.tracker.watermark)
         self._resume_pending = False
-        if committed is not None and committed > watermark:
-            log.info("resuming after the last seq Kafka committed, above the watermark",
-                     extra={"committed_seq": committed, "watermark": watermark})
-            self.tracker.reset(committed)
+        if ahead is not None:
+            self.tracker.reset(ahead)
             self.reader.forget_holes()
 
     def _passed_deleted(self, gap: SeqRange) -> int:

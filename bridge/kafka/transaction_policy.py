@@ -34,3 +34,17 @@ class TransactionPolicy:
     progress_key: bytes
     #: How long `init_transactions` (fencing the previous leader) may take before the attempt counts as failed.
     init_timeout_s: float = 10.0
+
+
+def policy_for(bridge_name: str, max_events: int, interval_ms: int, progress_topic: str,
+               lease_timeout_s: float) -> TransactionPolicy:
+    """The policy of a bridge name's exactly-once delivery, from its settings."""
+    return TransactionPolicy(
+        transactional_id=transactional_id(bridge_name),
+        max_events=max_events,
+        interval_s=interval_ms / 1000,
+        progress_topic=progress_topic,
+        progress_key=bridge_name.encode(),
+        # Fencing the previous leader blocks the term: well inside the lease it must renew meanwhile.
+        init_timeout_s=lease_timeout_s / 2,
+    )
