@@ -1,8 +1,9 @@
 """The exit codes of `outbox-bridge`, in one table: the commands, `status`, the daemon and Kafka's refusals
 all return these, and `outbox-bridge --help` lists them from here.
 
-Every code from 2 on names a cause that waiting cannot fix, so nothing retries it: the daemon exits with the
+Every code from 2 to 10 names a cause that waiting cannot fix, so nothing retries it: the daemon exits with the
 same code on every restart until someone fixes the cause, and a supervisor should not restart it in a loop.
+11 is the exception: another instance leads, and this one, started again, stands by.
 Several causes share 2 on purpose: each is a setting or a database to put right before starting again, and
 the message says which.
 """
@@ -34,6 +35,9 @@ EXIT_DENIED: Final = 9
 #: Rows this bridge name has not published are gone, or the name is retired or new on an outbox whose early
 #: rows are gone: see `bridge.daemon.history`.
 EXIT_ROWS_GONE: Final = 10
+#: Exactly-once delivery: another instance took the lease and its producer fenced this one's, so the broker aborts
+#: what this one had queued. Not a fault to fix: started again, the process stands by (a supervisor restarts it).
+EXIT_FENCED: Final = 11
 
 #: Each code with what it means to an operator, in order: what `outbox-bridge --help` says.
 MEANINGS: Final = (
@@ -51,6 +55,8 @@ MEANINGS: Final = (
     (EXIT_DENIED, "Kafka denied an operation: an ACL is missing (not retried)"),
     (EXIT_ROWS_GONE, "rows this bridge name has not published were deleted, or the name is retired or new on an "
                      "outbox whose early rows are gone (start it with `run --start-from`)"),
+    (EXIT_FENCED, "fenced: another instance leads this bridge name in exactly-once delivery and the broker aborted "
+                  "what this one had queued (start it again: it stands by)"),
 )
 
 

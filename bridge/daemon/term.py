@@ -18,12 +18,10 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import KafkaException
-
 from bridge.backoff import Backoff, BackoffPolicy
 from bridge.core.holes import SeqRange
 from bridge.core.watermark import AckTracker
-from bridge.daemon import exactly_once, rewinds
+from bridge.daemon import exactly_once, rewinds, step_failures
 from bridge.daemon.ending import STOPPED, Ending
 from bridge.daemon.in_flight import InFlight
 from bridge.daemon.term_parts import TermParts
@@ -31,14 +29,9 @@ from bridge.errors import (
     DatabaseLoginError,
     DatabaseTlsError,
     FencedError,
-    PoisonEventError,
-    SchemaRegistryRefusedError,
-    SchemaRegistryUnavailableError,
-    TopicSafetyError,
     TransientStoreError,
 )
-from bridge.exits import EXIT_POISON, EXIT_UNSAFE, EXIT_USAGE
-from bridge.kafka.access import KafkaAccessError
+from bridge.exits import EXIT_FENCED
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, Publisher
 from bridge.kafka.transactional import is_fenced
 from bridge.store.reader import OutboxReader
@@ -94,7 +87,7 @@ class Term:
                         raise FencedError(f"fenced by a new leader's producer ({failure.reason}); standing down")
                     refused = self.in_flight.refusal(failure)
                     if refused is not None:
-                        return self._shutdown(self._refused(refused))
+                        return self._shutdown(step_failures.ending(self._tally, refused))
                     self._rebuild()
                     continue
                 # Checkpoint before reading: a process that was paused past its lease finds out here,
@@ -112,25 +105,11 @@ class Term:
                     try:
                         read_any = self._read_and_send()
                         backoff.reset()
-                    except (TransientStoreError, KafkaException, SchemaRegistryUnavailableError) as exc:
-                        # The database (reading rows), the admin API (checking a new topic) or the schema
-                        # registry failed: nothing is lost, the next read starts after the last seq handed to Kafka.
-                        self._tally.error(_failed_part(exc), exc)
-                        delay = backoff.next_delay()
-                        log.warning("reading or routing failed; retrying",
-                                    extra={"error": str(exc), "retry_in_s": round(delay, 3)})
-                        self.publisher.poll(delay)
-                    except PoisonEventError as exc:
-                        return self._shutdown(self._halt(exc))
-                    except (TopicSafetyError, SchemaRegistryRefusedError) as exc:
-                        # A topic that could lose writes (exit 4), a registry refusing the login (2): not retried.
-                        unsafe = isinstance(exc, TopicSafetyError)
-                        self._tally.last_error = str(exc)
-                        log.error("unsafe topic; stopping" if unsafe else "the schema registry refused the bridge; "
-                                  "stopping", extra={"error": str(exc)})
-                        return self._shutdown(Ending(EXIT_UNSAFE if unsafe else EXIT_USAGE, str(exc)))
-                    except KafkaAccessError as exc:
-                        return self._shutdown(self._refused(exc))
+                    except step_failures.RETRIED as exc:
+                        # Nothing is lost: the next read starts after the last seq handed to Kafka.
+                        self.publisher.poll(step_failures.retried(self._tally, exc, backoff.next_delay()))
+                    except step_failures.ENDING as exc:
+                        return self._shutdown(step_failures.ending(self._tally, exc))
                 if read_any:
                     idle_wait = idle_min
                     continue
@@ -147,7 +126,13 @@ class Term:
             # Another instance may lead now: drop what is queued and in flight at once, wait for nothing.
             self.publisher.close(0)
             self.reader.close()
-            return Ending(None, str(exc))
+            if self._parts.committed is None:
+                return Ending(None, str(exc))  # at-least-once: stand by again
+            # Exactly-once: the new leader's producer fences this one (its open transaction is aborted), so exit
+            # and be started again as a standby with a fresh producer.
+            log.error("fenced: another instance leads this bridge name; what this one had queued is aborted by "
+                      "the broker, never visible to read_committed consumers; exiting", extra={"error": str(exc)})
+            return Ending(EXIT_FENCED, f"fenced: {exc}")
         except (DatabaseLoginError, DatabaseTlsError):
             # A new connection was refused mid-run: nothing can be persisted, so stop as at start. The lease
             # runs out and a standby with a working login takes over from the last persisted watermark.
@@ -316,16 +301,6 @@ class Term:
 
     # ------------------------------------------------------------------------------------ stopping
 
-    def _refused(self, exc: KafkaAccessError) -> Ending:
-        return Ending(self._tally.refused(exc), str(exc))
-
-    def _halt(self, exc: PoisonEventError) -> Ending:
-        """Poison policy `halt`: publish everything before the bad row, persist, and stop naming it."""
-        self._tally.last_error = str(exc)
-        log.error("halting on a poison event; fix or remove the row, or run with BRIDGE_POISON_POLICY=dead-letter",
-                  extra={"seq": exc.seq, "reason": exc.reason})
-        return Ending(EXIT_POISON, str(exc), halted=exc)
-
     def _drain(self, timeout: float | None = None) -> None:
         tracker, publisher = self.tracker, self.publisher
         deadline = time.monotonic() + (self.settings.shutdown_timeout_s if timeout is None else timeout)
@@ -360,8 +335,3 @@ class Term:
         log.info("stopped", extra={"watermark": tracker.watermark, "exit_code": ending.code})
         return ending
 
-
-def _failed_part(exc: Exception) -> str:
-    """The `kind` label of a failed read or routing on `outbox_publish_errors_total`."""
-    registry = isinstance(exc, SchemaRegistryUnavailableError)
-    return "database" if isinstance(exc, TransientStoreError) else "registry" if registry else "admin"

@@ -1,6 +1,6 @@
 """A term in exactly-once delivery, on the in-memory outbox, lease store and transactional broker: the watermark
 never runs ahead of what Kafka committed, a restart resumes after what Kafka committed, a dead leader's open
-transaction never becomes visible, a fenced producer stands its term down, and a failed transaction is sent
+transaction never becomes visible, a fenced producer ends the process (exit 11), and a failed transaction is sent
 again without a duplicate reaching a `read_committed` consumer."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from confluent_kafka import KafkaError
 from bridge.config import BridgeConfig, DeliveryMode
 from bridge.core.records import KafkaRecord
 from bridge.daemon import EXIT_OK, BridgeDaemon
+from bridge.exits import EXIT_FENCED
 from bridge.kafka.testing import AcceptingTopicGuard, InMemoryCoordinator, InMemoryTransactionalPublisher, Verdict
 from bridge.store.lease import Lease
 from bridge.store.testing import InMemoryLeaseStore, InMemoryOutbox
@@ -119,7 +120,7 @@ def test_a_dead_leaders_open_transaction_never_becomes_visible() -> None:
     assert _seqs(coordinator.delivered) == [1, 2, 3, 4, 5, 6], "only the new leader's records are committed"
 
 
-def test_a_producer_fenced_by_a_new_one_stands_its_term_down_and_nothing_it_held_is_visible(
+def test_a_producer_fenced_by_a_new_one_exits_saying_so_and_a_restart_stands_by_then_leads(
         caplog: pytest.LogCaptureFixture) -> None:
     outbox, coordinator = InMemoryOutbox(), InMemoryCoordinator()
     store = InMemoryLeaseStore()
@@ -134,15 +135,18 @@ def test_a_producer_fenced_by_a_new_one_stands_its_term_down_and_nothing_it_held
             for _ in range(3):
                 outbox.write()
             rival.append(InMemoryTransactionalPublisher(lambda *_: None, coordinator))  # fences the term's producer
-            return False
-        return bool(rival) and store.watermark == 6
+        return False
 
     with caplog.at_level(logging.WARNING):
-        assert _run_until(daemon, outbox, done) == EXIT_OK
-    assert any("fenced by a new leader's producer" in str(getattr(r, "error", "")) for r in caplog.records), \
-        "the term stood down, saying why"
+        assert _run_until(daemon, outbox, done) == EXIT_FENCED
+    fenced = [r for r in caplog.records if r.getMessage().startswith("fenced: another instance leads")]
+    assert fenced and "fenced by a new leader's producer" in str(getattr(fenced[0], "error", "")), \
+        "the process exits with one line saying it was fenced, and by what"
+    assert _seqs(coordinator.delivered) == [1, 2, 3], "nothing after the fence is committed by the fenced producer"
+    assert len(made) == 1, "a fenced process makes no new producer"
+    restarted = _daemon(outbox, store, coordinator)
+    assert _run_until(restarted, outbox, lambda: store.watermark == 6) == EXIT_OK
     assert _seqs(coordinator.delivered) == [1, 2, 3, 4, 5, 6]
-    assert len(made) >= 2, "the next term made a producer of its own"
 
 
 def test_a_failed_transaction_is_sent_again_without_a_duplicate_reaching_read_committed_consumers() -> None:
