@@ -5,8 +5,7 @@ term has its own ack tracker (the one cursor), reader, producer and records in f
 it is asked to stop, the lease is lost, or something retrying cannot fix happens, and returns how it ended
 (an `Ending`, with the exit code) instead of calling back into the loop.
 
-Exactly-once (`parts.committed` set): a delivery is reported once its transaction committed, and a new producer
-first resumes after the last seq Kafka committed if that is ahead of the watermark (`_resume_after_committed`).
+Exactly-once (`parts.committed` set): deliveries are reported once their transaction committed; see `exactly_once`.
 
 One thread: serve delivery reports, checkpoint on an interval (late rows, persist and renew, rewind
 requests), read while the in-flight window has room, and wait for new rows when idle. A failed delivery
@@ -84,7 +83,7 @@ class Term:
                 self.in_flight.flush_published()
                 if (failure := self.publisher.failure) is not None:
                     if is_fenced(failure) and self._parts.committed is not None:  # exactly-once only
-                        raise FencedError(f"fenced by a new leader's producer ({failure.reason}); standing down")
+                        self._confirm_lease(failure.reason)  # raises FencedError if another instance leads
                     refused = self.in_flight.refusal(failure)
                     if refused is not None:
                         return self._shutdown(step_failures.ending(self._tally, refused))
@@ -165,6 +164,20 @@ class Term:
             if self.leadership.expired():
                 # Another instance may have taken over meanwhile: stop publishing.
                 raise FencedError(f"could not renew the lease for {self.settings.lease_timeout_s}s") from exc
+
+    def _confirm_lease(self, fenced_by: str) -> None:
+        """Exactly-once, fenced by another producer of this transactional.id: the lease says who leads. Renewed, the
+        fencer no longer leads (its init_transactions, begun before it froze past its lease, ended as it woke),
+        and the rebuild's producer fences it back. Lost, or not renewable: FencedError, the term ends."""
+        try:
+            self._persisting.persist(self.leadership.renew, self.tracker, self.reader)
+        except TransientStoreError as exc:
+            raise FencedError(f"fenced by a new leader's producer ({fenced_by}); the lease could not be renewed "
+                              f"to tell whose: {exc}") from exc
+        except FencedError as exc:
+            raise FencedError(f"fenced by a new leader's producer ({fenced_by}); {exc}") from exc
+        log.warning("fenced by a producer of an instance that no longer leads; this one still holds the lease, "
+                    "and its new producer fences that one back", extra={"error": fenced_by})
 
     # ------------------------------------------------------------------------------ rebuild, rewind
 

@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
 import time
 import uuid
 from bisect import bisect_right
 from collections import Counter
-from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -41,10 +39,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy.engine import make_url
 
 from bridge.migrate import upgrade
-from bridge.store.engine import make_engine
-from bridge.store.offsets import OffsetStore
 from tests.faultproxy import FaultProxy
-from tests.kafkaproxy import KafkaFaultProxy
 from tests.proxiedbroker import ProxiedBroker
 from tests.support import (
     BridgeProcess,
@@ -60,6 +55,7 @@ from tests.support import (
     wait_until,
     write_out_of_seq_order,
 )
+from tests.takeover import OffsetsWatch, produced_by
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -77,60 +73,6 @@ WRITERS = 6
 #: The leader is paused only with at least this many events handed to librdkafka and not yet sent.
 MIN_QUEUED = 200
 FIRST, SECOND = "takeover-first", "takeover-second"
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """The bridge's row in bridge_offsets, as read at wall-clock time `at` (after the read returned)."""
-
-    at: float
-    watermark: int
-    epoch: int
-    owner_pid: int | None
-    status: dict[str, Any]
-
-
-class OffsetsWatch:
-    """Reads the bridge's row every 50 ms on its own thread, for the whole scenario."""
-
-    def __init__(self, url: str, bridge_name: str) -> None:
-        self.samples: list[Sample] = []
-        self.errors: list[str] = []
-        self._engine = make_engine(url)
-        self._store = OffsetStore(self._engine, bridge_name)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="offsets-watch", daemon=True)
-
-    def __enter__(self) -> OffsetsWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self._engine.dispose()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                row = self._store.read()
-            except Exception as exc:  # noqa: BLE001 - recorded; the test fails on it
-                self.errors.append(repr(exc))
-            else:
-                if row is not None:
-                    pid = int(row.owner.split(":")[1]) if row.owner and row.lease_expires_at else None
-                    self.samples.append(Sample(time.time(), row.watermark, row.epoch, pid, dict(row.status)))
-            self._stop.wait(0.05)
-
-    def latest(self) -> Sample | None:
-        return self.samples[-1] if self.samples else None
-
-    def watermark(self) -> int:
-        latest = self.latest()
-        return latest.watermark if latest is not None else 0
-
-    def last_of(self, pid: int) -> Sample:
-        return [s for s in self.samples if s.owner_pid == pid][-1]
 
 
 def _spawn(url: str, bootstrap: str, name: str, template: str, client_id: str, log: Path) -> BridgeProcess:
@@ -156,14 +98,6 @@ def _assert_whole(records: list[Message]) -> None:
         by_partition.setdefault(m.partition(), []).append(m.offset())
     for offsets in by_partition.values():
         assert offsets == list(range(len(offsets))), "each partition is read whole, in offset order"
-
-
-def _sent(proxy: KafkaFaultProxy, client_id: str, after: float = 0.0, before: float = float("inf")) -> tuple[int, int]:
-    """Produce requests, and their records, that `client_id` got to the broker between two monotonic times."""
-    with proxy.lock:
-        sent = [p for p in proxy.produced if p.client_id == client_id and after <= p.at < before]
-    assert all(p.records is not None for p in sent), "every Produce request of the bridge parses"
-    return len(sent), sum(p.records or 0 for p in sent)
 
 
 def _took_over_at(process: BridgeProcess) -> dict[str, Any]:
@@ -205,7 +139,7 @@ def test_after_a_takeover_from_a_leader_paused_with_messages_queued_a_plain_cons
                 """Events the leader had handed to librdkafka (its last status) that never reached the broker."""
                 status = watch.last_of(first.pid).status
                 handed = int(status["watermark"]) + int(status["in_flight"])
-                return handed - _sent(proxy, FIRST)[1]
+                return handed - produced_by(proxy, FIRST)[1]
 
             wait_until(lambda: queued() >= MIN_QUEUED, 20, f"the leader to have {MIN_QUEUED} events queued")
             # 2. Paused with messages queued: a GC pause, a frozen VM.
@@ -213,7 +147,7 @@ def test_after_a_takeover_from_a_leader_paused_with_messages_queued_a_plain_cons
             paused_at = time.monotonic()
             queued_at_pause, last_of_first = queued(), watch.last_of(first.pid)
             head_at_pause = head_seq(url)
-            sent_before_pause = _sent(proxy, FIRST)
+            sent_before_pause = produced_by(proxy, FIRST)
             # 3. Writers go on; the standby takes over when the lease runs out, and publishes.
             ledgers.append(write_out_of_seq_order(url, WRITERS, 2.0, AGGREGATES))
             wait_until(lambda: (s := watch.latest()) is not None and s.owner_pid == second.pid, LEASE_TIMEOUT_S + 10,
@@ -227,13 +161,13 @@ def test_after_a_takeover_from_a_leader_paused_with_messages_queued_a_plain_cons
             proxy.throttle(0)
             paused_s = resumed_at - paused_at
             wait_until(lambda: first.logged("lost the lease; standing by"), 10, "the old leader to find itself fenced")
-            sent_by_old_after_resume = _sent(proxy, FIRST, after=resumed_at)
+            sent_by_old_after_resume = produced_by(proxy, FIRST, after=resumed_at)
             # 5. More events while the old leader stands by; the new leader publishes them all.
             ledgers.append(write_out_of_seq_order(url, WRITERS, 1.0, AGGREGATES))
             head = head_seq(url)
             wait_until(lambda: watch.watermark() >= head, 60, f"the new leader to persist the head seq {head}")
             assert first.alive(), "the fenced instance stays, as a standby"
-            sent_by_old_at_end = _sent(proxy, FIRST, after=resumed_at)
+            sent_by_old_at_end = produced_by(proxy, FIRST, after=resumed_at)
             first.signal(signal.SIGTERM)
             second.signal(signal.SIGTERM)
             first_code, second_code = first.wait(30), second.wait(60)
@@ -360,7 +294,7 @@ def test_a_leader_paused_in_the_middle_of_a_read_sends_none_of_it_after_the_take
             wait_until(lambda: first.logged("lost the lease; standing by"), 10, "the old leader to find itself fenced")
             insert_events(url, more, aggregates=AGGREGATES, start=backlog + held)
             wait_until(lambda: watch.watermark() >= backlog + held + more, 30, "the new leader to publish the rest")
-            sent_by_old_after_resume = _sent(proxy, FIRST, after=resumed_at)
+            sent_by_old_after_resume = produced_by(proxy, FIRST, after=resumed_at)
             first.signal(signal.SIGTERM)
             second.signal(signal.SIGTERM)
             first_code, second_code = first.wait(30), second.wait(60)

@@ -120,7 +120,7 @@ def test_a_dead_leaders_open_transaction_never_becomes_visible() -> None:
     assert _seqs(coordinator.delivered) == [1, 2, 3, 4, 5, 6], "only the new leader's records are committed"
 
 
-def test_a_producer_fenced_by_a_new_one_exits_saying_so_and_a_restart_stands_by_then_leads(
+def test_a_producer_fenced_when_another_instance_took_the_lease_exits_saying_so_and_a_restart_leads(
         caplog: pytest.LogCaptureFixture) -> None:
     outbox, coordinator = InMemoryOutbox(), InMemoryCoordinator()
     store = InMemoryLeaseStore()
@@ -134,7 +134,8 @@ def test_a_producer_fenced_by_a_new_one_exits_saying_so_and_a_restart_stands_by_
         if not rival and store.watermark == 3:
             for _ in range(3):
                 outbox.write()
-            rival.append(InMemoryTransactionalPublisher(lambda *_: None, coordinator))  # fences the term's producer
+            store.steal()  # another instance took the lease ...
+            rival.append(InMemoryTransactionalPublisher(lambda *_: None, coordinator))  # ... and fenced this producer
         return False
 
     with caplog.at_level(logging.WARNING):
@@ -144,9 +145,39 @@ def test_a_producer_fenced_by_a_new_one_exits_saying_so_and_a_restart_stands_by_
         "the process exits with one line saying it was fenced, and by what"
     assert _seqs(coordinator.delivered) == [1, 2, 3], "nothing after the fence is committed by the fenced producer"
     assert len(made) == 1, "a fenced process makes no new producer"
+    store.owner = None  # the other instance stopped and gave the lease up
     restarted = _daemon(outbox, store, coordinator)
     assert _run_until(restarted, outbox, lambda: store.watermark == 6) == EXIT_OK
     assert _seqs(coordinator.delivered) == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_producer_fenced_by_an_instance_that_no_longer_leads_fences_it_back_and_goes_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    outbox, coordinator = InMemoryOutbox(), InMemoryCoordinator()
+    store = InMemoryLeaseStore()
+    for _ in range(3):
+        outbox.write()
+    made: list[InMemoryTransactionalPublisher] = []
+    daemon = _daemon(outbox, store, coordinator, made)
+    stale: list[InMemoryTransactionalPublisher] = []
+
+    def done() -> bool:
+        if not stale and store.watermark == 3:
+            for _ in range(3):
+                outbox.write()
+            # A woken old leader's init_transactions, started before it froze, finishes now: the lease stays here.
+            stale.append(InMemoryTransactionalPublisher(lambda *_: None, coordinator))
+            return False
+        return bool(stale) and store.watermark == 6
+
+    with caplog.at_level(logging.WARNING):
+        assert _run_until(daemon, outbox, done) == EXIT_OK
+    assert any(r.getMessage().startswith("fenced by a producer of an instance that no longer leads")
+               for r in caplog.records), "the term says what happened"
+    assert _seqs(coordinator.delivered) == [1, 2, 3, 4, 5, 6]
+    assert len(made) == 2, "one new producer, which fenced the stale one back"
+    stale[0].commit()
+    assert stale[0].failure is not None and stale[0].failure.code == KafkaError._FENCED
 
 
 def test_a_failed_transaction_is_sent_again_without_a_duplicate_reaching_read_committed_consumers() -> None:
