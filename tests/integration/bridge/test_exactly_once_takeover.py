@@ -144,8 +144,8 @@ def test_a_frozen_leaders_queued_sends_never_become_visible_and_it_exits_fenced(
           f"{last_of_first.watermark}); after SIGCONT the old leader got {sent_by_old_after_resume[1]} records to "
           f"the broker; read_committed {len(records)} records, read_uncommitted {len(everything)} "
           f"({sum(aborted.values())} of aborted transactions, seqs {min(aborted, default=None)}.."
-          f"{max(aborted, default=None)}); old leader exit {first_code}, fenced line {fenced[:1]}; the new leader fenced back a stale producer "
-          f"{fenced_back} times")
+          f"{max(aborted, default=None)}); old leader exit {first_code}, fenced line {fenced[:1]}; "
+          f"the new leader fenced back a stale producer {fenced_back} times")
 
     # The scenario happened.
     assert not any(ledger.errors for ledger in ledgers), "a writer failed (and rolled back)"
