@@ -26,7 +26,7 @@ _LOGIN_MODULES: Final = {
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
 #: `[kafka]` options whose librdkafka setting has the same name after the `kafka.` prefix.
-_SAME_NAME: Final = ("security.protocol", "sasl.mechanism", "ssl.endpoint.identification.algorithm",
+_SAME_NAME: Final = ("isolation.level", "security.protocol", "sasl.mechanism", "ssl.endpoint.identification.algorithm",
                      "ssl.ca.location")
 _JAAS_FIELD = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
@@ -36,11 +36,12 @@ def _quote(value: str) -> str:
 
 
 def source_options(settings: Settings) -> dict[str, str]:
-    """The `kafka.*` options of Spark's Kafka source: typed security settings, then `[kafka]` entries.
+    """The `kafka.*` options of Spark's Kafka source: the isolation level and the typed security settings, then
+    `[kafka]` entries (which win).
 
     Holds the password in clear (inside `kafka.sasl.jaas.config`): never log it.
     """
-    options: dict[str, str] = {}
+    options: dict[str, str] = {"kafka.isolation.level": settings.isolation_level}
     if settings.security_protocol:
         options["kafka.security.protocol"] = settings.security_protocol
     if settings.sasl_mechanism:
@@ -68,6 +69,7 @@ def client_conf(settings: Settings) -> dict[str, Any]:
     """librdkafka settings for an admin client of the projection's cluster: `consumer_conf` without a group."""
     conf = consumer_conf(settings, "unused")
     conf.pop("group.id")
+    conf.pop("isolation.level")  # a consumer's setting: librdkafka would warn that an admin client ignores it
     return conf
 
 

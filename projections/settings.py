@@ -34,6 +34,7 @@ ENV_NAMES: Final[Mapping[str, str]] = MappingProxyType(
         "fail_on_data_loss": "PROJECTIONS_FAIL_ON_DATA_LOSS",
         "metrics_port": "PROJECTIONS_METRICS_PORT",
         "metrics_host": "PROJECTIONS_METRICS_HOST",
+        "isolation_level": "PROJECTIONS_KAFKA_ISOLATION_LEVEL",
         "modules": "PROJECTIONS_MODULES",
         "security_protocol": "KAFKA_SECURITY_PROTOCOL",
         "sasl_mechanism": "KAFKA_SASL_MECHANISM",
@@ -71,6 +72,9 @@ class Settings(LayeredSettings):
     metrics_host: str = "127.0.0.1"
     modules: tuple[str, ...] = ()
     kafka: Mapping[str, str] = Field(default_factory=lambda: MappingProxyType({}))
+    # What the source and replay's consumer read: read_committed skips the records of aborted transactions (a
+    # fenced bridge's in exactly-once delivery); on topics without transactions both read the same.
+    isolation_level: str = "read_committed"
     # How the source and replay's consumer connect (the bridge's names); see projections.kafka_clients.
     security_protocol: str | None = None
     sasl_mechanism: str | None = None
@@ -101,6 +105,16 @@ class Settings(LayeredSettings):
         if bad:
             raise ValueError(f"[kafka] settings must start with 'kafka.' (Spark's prefix): {bad}")
         return MappingProxyType(dict(value))
+
+    @field_validator("isolation_level")
+    @classmethod
+    def _isolation_is_kafkas(cls, value: str) -> str:
+        if value not in ("read_committed", "read_uncommitted"):
+            raise ValueError(
+                f"PROJECTIONS_KAFKA_ISOLATION_LEVEL={value!r}: use read_committed (the default: records of aborted "
+                "transactions are skipped) or read_uncommitted"
+            )
+        return value
 
     @field_validator("ssl_ca_location")
     @classmethod

@@ -40,7 +40,8 @@ def test_the_spark_source_gets_protocol_mechanism_jaas_and_a_pem_truststore(tmp_
 def test_replays_consumer_gets_the_same_user_password_and_ca(tmp_path: Path) -> None:
     conf = consumer_conf(_secured(tmp_path), "g")
     assert conf == {
-        "bootstrap.servers": "127.0.0.1:39092", "group.id": "g", "security.protocol": "SASL_SSL",
+        "bootstrap.servers": "127.0.0.1:39092", "group.id": "g", "isolation.level": "read_committed",
+        "security.protocol": "SASL_SSL",
         "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "proj-orders", "sasl.password": SECRET,
         "ssl.ca.location": str(tmp_path / "ca.pem"),
     }
@@ -70,3 +71,17 @@ def test_the_password_is_masked_in_the_logged_settings(tmp_path: Path) -> None:
 
 def test_group_prefixes_of_two_projections_never_overlap() -> None:
     assert not (group_prefix("order_history") + "x").startswith(group_prefix("order"))
+
+
+def test_the_source_and_replays_consumer_read_committed_records_unless_told_otherwise() -> None:
+    default = load_settings(env={})
+    assert source_options(default)["kafka.isolation.level"] == "read_committed"
+    assert consumer_conf(default, "g")["isolation.level"] == "read_committed"
+    chosen = load_settings(env={"PROJECTIONS_KAFKA_ISOLATION_LEVEL": "read_uncommitted"})
+    assert source_options(chosen)["kafka.isolation.level"] == "read_uncommitted"
+    assert consumer_conf(chosen, "g")["isolation.level"] == "read_uncommitted"
+
+
+def test_an_isolation_level_kafka_does_not_know_is_refused_naming_both() -> None:
+    with pytest.raises(ConfigurationError, match=r"PROJECTIONS_KAFKA_ISOLATION_LEVEL='committed'.*read_committed"):
+        load_settings(env={"PROJECTIONS_KAFKA_ISOLATION_LEVEL": "committed"})
