@@ -232,11 +232,12 @@ def topic_configs(bootstrap: str, topic: str, timeout: float = 30) -> dict[str, 
         return {name: entry.value for name, entry in described.items()}
 
 
-def read_topic(bootstrap: str, topic: str, *, timeout: float = 120,
-               isolation_level: str = "read_committed") -> list[Message]:
+def read_topic(bootstrap: str, topic: str, *, timeout: float = 120, isolation_level: str = "read_committed",
+               conf: dict[str, Any] | None = None) -> list[Message]:
     """Every record in `topic` when the call starts, as a plain consumer reads it: partition after partition,
-    each in offset order. A topic that does not exist (yet) has none. Fails if they are not read in `timeout`."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
+    each in offset order. A topic that does not exist (yet) has none. Fails if they are not read in `timeout`.
+    `conf`: more client settings (a secured cluster's)."""
+    consumer = Consumer({**(conf or {}), "bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "enable.partition.eof": True, "isolation.level": isolation_level, "fetch.wait.max.ms": 50})
     try:

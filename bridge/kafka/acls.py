@@ -47,14 +47,16 @@ def _allow(principal: str, resource: ResourceType, name: str, pattern: ResourceP
     return [AclBinding(resource, name, pattern, principal, "*", op, AclPermissionType.ALLOW) for op in operations]
 
 
-def bridge_bindings(principal: str, *, topic_prefix: str, dlq_topic: str,
-                    transactional_id: str | None = None, progress_topic: str | None = None) -> list[AclBinding]:
+def bridge_bindings(principal: str, *, topic_prefix: str, dlq_topic: str, transactional_id: str | None = None,
+                    progress_topic: str | None = None,
+                    exactly_once_pattern: ResourcePatternType = ResourcePatternType.LITERAL) -> list[AclBinding]:
     """The bridge's ACLs: write, describe and read the configs of its event topics and its dead-letter topic.
 
     In exactly-once delivery (`transactional_id` and `progress_topic` given) also Write and Describe on its
-    transactional.id, and the topic rights plus Read on its progress topic, which a new leader reads back. No
-    cluster-wide IdempotentWrite: since Kafka 3.0 (KIP-679) Write on the transactional.id is what grants a
-    transactional producer its id."""
+    transactional.id, and the topic rights plus Read on its progress topic, which a new leader reads back (both
+    prefixes with `exactly_once_pattern=PREFIXED`, for any bridge name under them). No cluster-wide
+    IdempotentWrite: since Kafka 3.0 (KIP-679) Write on the transactional.id is what grants a transactional
+    producer its id."""
     bindings = [
         *_allow(principal, ResourceType.TOPIC, topic_prefix, ResourcePatternType.PREFIXED, BRIDGE_TOPIC_OPERATIONS),
         *_allow(principal, ResourceType.TOPIC, dlq_topic, ResourcePatternType.LITERAL, BRIDGE_TOPIC_OPERATIONS),
@@ -62,9 +64,9 @@ def bridge_bindings(principal: str, *, topic_prefix: str, dlq_topic: str,
     if (transactional_id is None) != (progress_topic is None):
         raise ValueError("exactly-once delivery needs both the transactional.id and the progress topic")
     if transactional_id is not None and progress_topic is not None:
-        bindings += _allow(principal, ResourceType.TRANSACTIONAL_ID, transactional_id, ResourcePatternType.LITERAL,
+        bindings += _allow(principal, ResourceType.TRANSACTIONAL_ID, transactional_id, exactly_once_pattern,
                            (AclOperation.WRITE, AclOperation.DESCRIBE))
-        bindings += _allow(principal, ResourceType.TOPIC, progress_topic, ResourcePatternType.LITERAL,
+        bindings += _allow(principal, ResourceType.TOPIC, progress_topic, exactly_once_pattern,
                            (*BRIDGE_TOPIC_OPERATIONS, AclOperation.READ))
     return bindings
 

@@ -164,8 +164,8 @@ class TransactionalPublisher(KafkaPublisher):
             KafkaError._FAIL, str(exc))
         if self.failure is None or (err.fatal() and not self.failure.fatal):
             self.failure = DeliveryFailure(None, err.code(), f"{during}: {err.str()}", fatal=err.fatal())
-        level = logging.WARNING if err.code() in FENCED_CODES else logging.ERROR
-        log.log(level, "transaction failed", extra={"during": during, "error": err.str(), "code": err.name()})
+        # A warning: the term decides what it means (a rebuild, a refusal, a fence) and logs that as the error.
+        log.warning("transaction failed", extra={"during": during, "error": err.str(), "code": err.name()})
         return err
 
     def mark_progress(self, seq: int) -> bool:

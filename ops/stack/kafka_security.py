@@ -30,6 +30,7 @@ BRIDGE_USER = "outbox-bridge"
 PROJECTIONS_USER = "outbox-projections"
 DLQ_TOPIC = "outbox.dlq.default"
 TOPIC_PREFIX = "outbox.event."
+PROGRESS_TOPIC_PREFIX = "outbox.progress."
 CERT_DAYS = 30
 
 
@@ -166,12 +167,19 @@ def provision(bootstrap: str, tls: Tls, creds: Credentials, timeout: float = 30.
     root = str(ROOT)
     if root not in sys.path:  # run as a script: the project's own bridge package, not an installed one
         sys.path.insert(0, root)
+    from confluent_kafka.admin import ResourcePatternType
+
     from bridge.kafka.acls import apply_bindings, bridge_bindings, projection_bindings, upsert_scram_users
+    from bridge.kafka.transaction_policy import transactional_id
 
     admin = AdminClient(admin_client_conf(bootstrap, tls, creds))
     upsert_scram_users(admin, creds.users, timeout=timeout)
     bindings = [
-        *bridge_bindings(f"User:{BRIDGE_USER}", topic_prefix=TOPIC_PREFIX, dlq_topic=DLQ_TOPIC),
+        # Exactly-once delivery (BRIDGE_DELIVERY=exactly-once) for any bridge name: its transactional.id and its
+        # progress topic by prefix.
+        *bridge_bindings(f"User:{BRIDGE_USER}", topic_prefix=TOPIC_PREFIX, dlq_topic=DLQ_TOPIC,
+                         transactional_id=transactional_id(""), progress_topic=PROGRESS_TOPIC_PREFIX,
+                         exactly_once_pattern=ResourcePatternType.PREFIXED),
         *projection_bindings(f"User:{PROJECTIONS_USER}", topic_prefix=TOPIC_PREFIX,
                              group_prefix="outbox-projection-"),
     ]

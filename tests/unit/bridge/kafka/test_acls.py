@@ -36,3 +36,12 @@ def test_exactly_once_adds_its_transactional_id_and_its_progress_topic_and_nothi
 def test_one_of_the_two_without_the_other_is_refused() -> None:
     with pytest.raises(ValueError, match=r"both the transactional\.id and the progress topic"):
         bridge_bindings("User:bridge", topic_prefix="outbox.event.", dlq_topic="d", transactional_id="x")
+
+
+def test_exactly_once_rights_can_be_granted_by_prefix_for_every_bridge_name() -> None:
+    prefixed = ResourcePatternType.PREFIXED
+    rights = _rights(transactional_id="outbox-bridge-", progress_topic="outbox.progress.",
+                     exactly_once_pattern=prefixed)
+    assert (ResourceType.TRANSACTIONAL_ID, "outbox-bridge-", prefixed, AclOperation.WRITE) in rights
+    assert (ResourceType.TOPIC, "outbox.progress.", prefixed, AclOperation.READ) in rights
+    assert (ResourceType.TOPIC, "outbox.dlq.orders", ResourcePatternType.LITERAL, AclOperation.WRITE) in rights
