@@ -1,6 +1,7 @@
 """Broker failures on the 3-broker cluster, topics with replication factor 3 and min.insync.replicas 2:
 one broker killed mid-run loses nothing; with two killed, publishing stalls and the persisted watermark
-does not move although new events wait; when they return, the bridge resumes and every event is in Kafka."""
+does not move although new events wait; when they return, the bridge resumes and every event is in Kafka. In
+exactly-once delivery, the transaction coordinator's broker killed mid-run: every event once, read_committed."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from bridge.config import DeliveryMode
+from bridge.kafka.transaction_policy import transactional_id
 from bridge.migrate import upgrade
 from tests.support import (
     bridge_config,
     head_seq,
     insert_events,
+    keys_in_seq_order,
     persisted_watermark,
     read_topic,
     seq_counts,
@@ -111,3 +115,70 @@ def test_one_broker_down_loses_nothing_two_down_stall_without_moving_the_waterma
     print(f"{len(counts)} distinct events in Kafka, {duplicates} duplicates, "
           f"{bridge.daemon.metrics.producer_rebuilds._value.get():.0f} producer rebuilds")
     assert set(counts) == set(range(1, target + 1)), "every event is in Kafka"
+
+
+def _transaction_coordinator(bootstrap: str, transactional_id: str) -> int:
+    """The broker leading the `__transaction_state` partition of `transactional_id`: its coordinator
+    (Kafka: abs(String.hashCode) modulo the partition count)."""
+    h = 0
+    for unit in transactional_id.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    partitions = AdminClient({"bootstrap.servers": bootstrap}).list_topics("__transaction_state", timeout=30)
+    state = partitions.topics["__transaction_state"].partitions
+    return state[(0 if signed == -(1 << 31) else abs(signed)) % len(state)].leader
+
+
+def test_exactly_once_with_the_transaction_coordinator_killed_mid_run_shows_every_event_once(
+    kafka_cluster3, postgres_url
+) -> None:
+    url = postgres_url
+    upgrade(url)
+    kafka_cluster3.start_all()
+    config = bridge_config(url, kafka_cluster3.bootstrap, replication_factor=3, allow_single_broker=False,
+                           persist_interval_s=0.2, lease_timeout_s=10, delivery=DeliveryMode.EXACTLY_ONCE,
+                           transaction_interval_ms=100)
+    topic = config.topic_for("order")
+    bridge = start_bridge(config)
+    killed: list[int] = []
+    try:
+        insert_events(url, 200)
+        wait_until(lambda: persisted_watermark(url, config.bridge_name) == 200, 60, "the first 200 events")
+        coordinator = _transaction_coordinator(kafka_cluster3.bootstrap, transactional_id(config.bridge_name))
+        written = [200]
+
+        def write(batches: int) -> None:
+            for _ in range(batches):
+                insert_events(url, 50, start=written[0])
+                written[0] += 50
+                time.sleep(0.1)
+
+        writer = threading.Thread(target=write, args=(60,))
+        writer.start()
+        time.sleep(2)
+        kafka_cluster3.stop_broker(coordinator, kill=True)
+        killed.append(coordinator)
+        killed_at = time.monotonic()
+        writer.join(60)
+        wait_until(lambda: persisted_watermark(url, config.bridge_name) == head_seq(url), 150,
+                   "every event with the coordinator's broker down")
+        caught_up_s = time.monotonic() - killed_at
+        assert bridge.stop() == 0
+    finally:
+        for node in killed:
+            kafka_cluster3.start_broker(node)
+        if bridge.thread.is_alive():
+            bridge.daemon.stop()
+            bridge.thread.join(60)
+
+    records = read_topic(kafka_cluster3.bootstrap, topic, isolation_level="read_committed")
+    counts = seq_counts(records)
+    aborted = len(read_topic(kafka_cluster3.bootstrap, topic, isolation_level="read_uncommitted")) - len(records)
+    rebuilds = bridge.daemon.metrics.producer_rebuilds._value.get()
+    print(f"\nexactly-once, transaction coordinator (broker {coordinator}) killed: {written[0]} events, caught up "
+          f"{caught_up_s:.1f}s after the kill; read_committed {len(records)} records, {len(counts)} distinct; "
+          f"{aborted} records of aborted transactions; {rebuilds:.0f} producer rebuilds")
+    assert set(counts) == set(range(1, written[0] + 1)), "every event is visible to read_committed consumers"
+    assert set(counts.values()) == {1}, "and once"
+    disordered = {key: seqs for key, seqs in keys_in_seq_order(records).items() if seqs != sorted(seqs)}
+    assert not disordered, f"aggregates out of seq order: {list(disordered)[:5]}"
