@@ -19,7 +19,7 @@ import logging
 from typing import Any
 
 from bench.b1_throughput import KEYS, backlog_database
-from bench.backlog import Target, drain
+from bench.backlog import Target, round_robin
 from bench.context import Context
 from bench.otlp_sink import OtlpSink
 from bench.stack import KAFKA1, pg_dsn
@@ -58,7 +58,6 @@ def run(ctx: Context) -> dict[str, Any]:
     untraced_url, loaded = backlog_database(ctx)
     traced = Target(traced_database(ctx, events), KAFKA1, 1, KEYS)
     untraced = Target(untraced_url, KAFKA1, 1, KEYS)
-    rates: dict[str, list[float]] = {}
     exported: dict[str, list[int]] = {}
     with OtlpSink() as sink:
         variants: dict[str, tuple[Target, dict[str, str | int]]] = {
@@ -66,14 +65,9 @@ def run(ctx: Context) -> dict[str, Any]:
             "tracing on, every row traced": (traced, tracing_on(sink.endpoint)),
             "tracing on, no row traced": (untraced, tracing_on(sink.endpoint)),
         }
-        for round_number in range(1, ROUNDS + 1):
-            for index, (name, (target, settings)) in enumerate(variants.items()):
-                sink.take()
-                result = drain(ctx, f"trace{round_number}-{index}", target, min(events, loaded), settings)
-                rates.setdefault(name, []).append(result.events_per_s)
-                exported.setdefault(name, []).append(sink.take())
-                log.info("tracing round %d %-32s %7.0f events/s, %d spans exported", round_number, name,
-                         result.events_per_s, exported[name][-1])
+        sink.take()
+        rates = round_robin(ctx, "trace", variants, min(events, loaded), ROUNDS,
+                            after=lambda name, _result: exported.setdefault(name, []).append(sink.take()))
     baseline = sum(rates["tracing off, every row traced"]) / ROUNDS
     rows = {}
     for name, (_target, settings) in variants.items():

@@ -13,16 +13,13 @@ Two variants, run round-robin ROUNDS times so slow spells of the shared machine 
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from bench.b1_throughput import KEYS, backlog_database
-from bench.backlog import Target, drain
+from bench.backlog import Target, round_robin
 from bench.context import Context
 from bench.stack import KAFKA1, schema_registry_url
 from bench.workload import EVENT_TYPE
-
-log = logging.getLogger("bench.b1_value_format")
 
 ROUNDS = 2
 
@@ -52,23 +49,18 @@ def run(ctx: Context) -> dict[str, Any]:
     schemas = ctx.raw("schemas")
     schemas.mkdir(parents=True, exist_ok=True)
     (schemas / f"{EVENT_TYPE}.json").write_text(json.dumps(SCHEMA))
-    variants: dict[str, dict[str, str | int]] = {
-        "json (the default)": {},
-        "json-schema, validated and framed": {
+    variants: dict[str, tuple[Target, dict[str, str | int]]] = {
+        "json (the default)": (target, {}),
+        "json-schema, validated and framed": (target, {
             "BRIDGE_VALUE_FORMAT": "json-schema",
             "BRIDGE_SCHEMA_REGISTRY_URL": schema_registry_url(),
             "BRIDGE_SCHEMA_DIR": str(schemas),
-        },
+        }),
     }
-    rates: dict[str, list[float]] = {}
-    for round_number in range(1, ROUNDS + 1):
-        for index, (name, settings) in enumerate(variants.items()):
-            result = drain(ctx, f"format{round_number}-{index}", target, events, settings)
-            rates.setdefault(name, []).append(result.events_per_s)
-            log.info("formats round %d %-36s %7.0f events/s", round_number, name, result.events_per_s)
+    rates = round_robin(ctx, "format", variants, events, ROUNDS)
     baseline = sum(rates["json (the default)"]) / ROUNDS
     rows = {}
-    for name, settings in variants.items():
+    for name, (_target, settings) in variants.items():
         mean = sum(rates[name]) / ROUNDS
         rows[name] = {
             "settings": {k: v for k, v in settings.items() if k == "BRIDGE_VALUE_FORMAT"},

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,21 @@ def drain(ctx: Context, label: str, target: Target, events: int, settings: dict[
         profile=ctx.raw(f"profiles/{label}.txt") if profile else None,
         profile_seconds=spy_seconds,
     )
+
+
+def round_robin(ctx: Context, prefix: str, variants: dict[str, tuple[Target, dict[str, str | int]]], events: int,
+                rounds: int, after: Callable[[str, DrainResult], None] | None = None) -> dict[str, list[float]]:
+    """Drain each variant once per round, in turn, so slow spells of the shared machine spread over all of them:
+    each variant's events/s per round (`after` sees every drain's result as it ends)."""
+    rates: dict[str, list[float]] = {}
+    for round_number in range(1, rounds + 1):
+        for index, (name, (target, settings)) in enumerate(variants.items()):
+            result = drain(ctx, f"{prefix}{round_number}-{index}", target, events, settings)
+            rates.setdefault(name, []).append(result.events_per_s)
+            if after is not None:
+                after(name, result)
+            log.info("%s round %d %-36s %7.0f events/s", prefix, round_number, name, result.events_per_s)
+    return rates
 
 
 def ceiling(ctx: Context, label: str, target: Target, events: int,
