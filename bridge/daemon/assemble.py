@@ -26,7 +26,7 @@ from bridge.daemon.loop import BridgeDaemon, new_instance_id
 from bridge.daemon.poison import producer_limit
 from bridge.daemon.startup import StartupStep
 from bridge.kafka.access import check_connection
-from bridge.kafka.progress import ProgressTopic, committed_seq
+from bridge.kafka.progress import ProgressTopic, committed_progress, trusted
 from bridge.kafka.publisher import DeliveryCallback, KafkaPublisher, Publisher
 from bridge.kafka.topics import TopicChecker, TopicGuard
 from bridge.kafka.transaction_policy import TransactionPolicy
@@ -42,6 +42,7 @@ from bridge.store.offsets import OffsetStore
 from bridge.store.privileges import FIX, excess_rights
 from bridge.store.reader import OutboxReader
 from bridge.store.revision import check_migrated
+from bridge.store.rows import event_id_at
 
 if TYPE_CHECKING:
     from bridge.schemas.catalog import RegistryCatalog
@@ -79,7 +80,7 @@ def build_daemon(
     transactions = config.transactions
     if transactions is not None and publisher_factory is None:
         make_publisher = partial(TransactionalPublisher, policy=transactions)
-        committed = committed or _committed_in_kafka(client_conf, config, transactions)
+        committed = committed or _committed_in_kafka(client_conf, config, transactions, engine)
     elif publisher_factory is None:
         traced = _traced_publisher(config, tracer_provider, str(conf.get("client.id", "")))
         if traced is not None:
@@ -173,9 +174,10 @@ def registry_catalog(config: BridgeConfig) -> RegistryCatalog | None:
     return RegistryCatalog(registry_client(section), section.naming, section.schema_dir, url)
 
 
-def _committed_in_kafka(client_conf: dict[str, Any], config: BridgeConfig,
-                        transactions: TransactionPolicy) -> Callable[[], int | None]:
-    """The last seq Kafka committed for this bridge, from its progress topic (created, or checked, the first time)."""
+def _committed_in_kafka(client_conf: dict[str, Any], config: BridgeConfig, transactions: TransactionPolicy,
+                        engine: Engine) -> Callable[[], int | None]:
+    """The last seq Kafka committed for this bridge, from its progress topic (created, or checked, the first time),
+    if this outbox holds the event it names there (`trusted`)."""
     topics = config.topics
     progress = ProgressTopic(client_conf, topics.policy(), transactions.progress_topic, topics.allow_create)
     ensured: list[bool] = []
@@ -184,8 +186,9 @@ def _committed_in_kafka(client_conf: dict[str, Any], config: BridgeConfig,
         if not ensured:
             progress.ensure()
             ensured.append(True)
-        return committed_seq(client_conf, transactions.progress_topic, transactions.progress_key,
-                             timeout=transactions.init_timeout_s)
+        found = committed_progress(client_conf, transactions.progress_topic, transactions.progress_key,
+                                   timeout=transactions.init_timeout_s)
+        return trusted(found, lambda seq: event_id_at(engine, seq))
 
     return committed
 

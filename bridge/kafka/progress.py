@@ -1,20 +1,23 @@
 """The progress topic of exactly-once delivery: what Kafka committed, as the last seq each transaction covers.
 
 Every transaction of the `TransactionalPublisher` carries, beside its events, one record to this topic: key the
-bridge name, value the highest seq of the transaction in decimal text. Rows are sent in seq order and the
-transactions commit one after another, so once one commits, every seq up to its value is committed too (or a
-hole the hole rule settled). Kafka Connect keeps a source connector's offsets the same way. The topic is
-compacted and keeps one record per bridge name; a restart reads the latest committed one (`committed_seq`,
-with `isolation.level=read_committed`, after its own producer fenced the previous leader's) and resumes after it.
+bridge name, value the highest seq of the transaction and the event_id of its event, as JSON. Rows are sent in
+seq order and the transactions commit one after another, so once one commits, every seq up to its value is
+committed too (or a hole the hole rule settled). Kafka Connect keeps a source connector's offsets the same way.
+The topic is compacted and keeps one record per bridge name; a restart reads the latest committed one
+(`committed_progress`, with `isolation.level=read_committed`, after its own producer fenced the previous leader's)
+and resumes after it, but only if the outbox holds that event at that seq (`trusted`): a bridge name reused on a
+new or restored database must not skip that database's events because another history reached further.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -32,14 +35,45 @@ log = logging.getLogger("bridge.kafka.progress")
 _TAIL: Final = 64
 
 
-def progress_value(seq: int) -> bytes:
-    """A progress record's value: the seq in decimal text, as the `seq` header of every event."""
-    return str(seq).encode()
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What a progress record says: Kafka committed everything up to `seq`, whose event is `event_id` (None for a
+    rewind's mark, which names no event)."""
+
+    seq: int
+    event_id: str | None = None
 
 
-def committed_seq(client_conf: Mapping[str, Any], topic: str, key: bytes, timeout: float = 30.0) -> int | None:
-    """The seq of the latest committed progress record of `key` in `topic`; None when there is none (the topic
-    is new or missing). Raises KafkaException when Kafka does not answer within `timeout`."""
+def progress_value(seq: int, event_id: str | None = None) -> bytes:
+    """A progress record's value: `{"seq": 42, "event_id": "..."}`."""
+    return json.dumps({"seq": seq, "event_id": event_id}).encode()
+
+
+def parse_progress(value: bytes) -> Progress:
+    parsed = json.loads(value)
+    if isinstance(parsed, int):  # the decimal text of earlier records
+        return Progress(parsed)
+    return Progress(int(parsed["seq"]), parsed.get("event_id"))
+
+
+def trusted(progress: Progress | None, event_id_at: Callable[[int], str | None]) -> int | None:
+    """`progress.seq` if the outbox holds the event it names at that seq (`event_id_at`); None otherwise, with a
+    warning: the restart then resumes from the database's watermark, sending again what Kafka may already have
+    rather than skipping what it may not."""
+    if progress is None:
+        return None
+    if progress.event_id is not None and event_id_at(progress.seq) == progress.event_id:
+        return progress.seq
+    log.warning("Kafka's progress for this bridge name is not this outbox's (a new or restored database, or another "
+                "outbox under the same name): resuming from the database's watermark; events Kafka already has may "
+                "be sent again", extra={"progress_seq": progress.seq, "progress_event_id": progress.event_id})
+    return None
+
+
+def committed_progress(client_conf: Mapping[str, Any], topic: str, key: bytes,
+                       timeout: float = 30.0) -> Progress | None:
+    """The latest committed progress record of `key` in `topic`; None when there is none (the topic is new or
+    missing). Raises KafkaException when Kafka does not answer within `timeout`."""
     servers = str(client_conf.get("bootstrap.servers", ""))
     consumer = Consumer({
         **quiet_client_settings(servers), **client_conf,
@@ -53,7 +87,7 @@ def committed_seq(client_conf: Mapping[str, Any], topic: str, key: bytes, timeou
             if described is not None and described.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise KafkaException(described.error)
             return None
-        found: int | None = None
+        found: Progress | None = None
         for partition in sorted(described.partitions):
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
             span = _TAIL
@@ -61,7 +95,7 @@ def committed_seq(client_conf: Mapping[str, Any], topic: str, key: bytes, timeou
                 start = max(low, high - span)
                 latest = _latest(consumer, TopicPartition(topic, partition, start), high, key, deadline)
                 if latest is not None:
-                    found = latest if found is None else max(found, latest)
+                    found = latest  # one partition: the progress topic is made with one
                     break
                 if start == low:
                     break
@@ -71,11 +105,11 @@ def committed_seq(client_conf: Mapping[str, Any], topic: str, key: bytes, timeou
         consumer.close()
 
 
-def _latest(consumer: Consumer, start: TopicPartition, end: int, key: bytes, deadline: float) -> int | None:
+def _latest(consumer: Consumer, start: TopicPartition, end: int, key: bytes, deadline: float) -> Progress | None:
     """The value of the last committed record of `key` from `start` to `end` (the partition's end when the read
     began; with read_committed the end of what is committed)."""
     consumer.assign([start])
-    latest: int | None = None
+    latest: Progress | None = None
     position = start.offset
     while position < end:
         if time.monotonic() > deadline:
@@ -92,7 +126,7 @@ def _latest(consumer: Consumer, start: TopicPartition, end: int, key: bytes, dea
                 position = offset + 1
             value = msg.value()
             if msg.key() == key and value is not None:
-                latest = int(value.decode())
+                latest = parse_progress(value)
     consumer.unassign()
     return latest
 

@@ -68,6 +68,7 @@ class TransactionalPublisher(KafkaPublisher):
         self._began: float | None = None  # when the open transaction began; None while none is open
         self._events = 0
         self._last_seq = 0
+        self._last_event_id: str | None = None
         try:
             # Fences every earlier producer of this transactional.id, and waits for its open transaction to end.
             self._producer.init_transactions(policy.init_timeout_s)
@@ -89,7 +90,9 @@ class TransactionalPublisher(KafkaPublisher):
                 return
             self._began = time.monotonic()
         self._events += 1
-        self._last_seq = max(self._last_seq, record.seq)
+        if record.seq > self._last_seq:
+            self._last_seq = record.seq
+            self._last_event_id = next((v.decode() for k, v in record.headers if k == "event_id"), None)
         super().send(record, generation)
 
     def _delivered(self, seq: int, generation: int, err: KafkaError | None, msg: Message) -> None:
@@ -120,7 +123,7 @@ class TransactionalPublisher(KafkaPublisher):
         """Commit the open transaction with its progress record and release its held reports; on failure,
         abort it and report them failed. Returns how many reports were released."""
         try:
-            self._producer.produce(self._policy.progress_topic, progress_value(self._last_seq),
+            self._producer.produce(self._policy.progress_topic, progress_value(self._last_seq, self._last_event_id),
                                    self._policy.progress_key, on_delivery=self._progress_delivered)
             self._producer.commit_transaction(max(timeout, 0.001))
         except KafkaException as exc:

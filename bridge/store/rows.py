@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 
 from sqlalchemy import Select, select
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from bridge.core.records import OutboxRow
@@ -178,3 +178,13 @@ def select_after(conn: Connection, after: int, limit: int) -> list[OutboxRow]:
         raise store_error(exc, f"reading domain_events after seq {after}") from exc
     # Positional: the columns are selected in OutboxRow's field order (mapping each row costs more).
     return [OutboxRow(*row) for row in result]
+
+
+def event_id_at(engine: Engine, seq: int) -> str | None:
+    """The event_id of the outbox row at `seq`, None if there is none (deleted, rolled back, or another outbox)."""
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(select(domain_events.c.event_id).where(domain_events.c.seq == seq)).scalar()
+    except DBAPIError as exc:
+        raise store_error(exc, f"reading the event at seq {seq}") from exc
+    return None if found is None else str(found)
