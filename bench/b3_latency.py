@@ -20,7 +20,7 @@ from bench.bridge_process import BridgeProcess, bridge_env
 from bench.context import Context
 from bench.stack import KAFKA1, pg_dsn
 from bench.targets import B3_P99_MS, B3_RATE
-from bench.topics import TIMESTAMP_LOG_APPEND_TIME, TopicWatch, header, read_all
+from bench.topics import TIMESTAMP_LOG_APPEND_TIME, TopicWatch, VisibleTimes, header, read_all
 from bench.workload import AGGREGATE_TYPE
 from bench.writer import Schedule, WriterProcess, read_commits
 
@@ -43,14 +43,16 @@ def percentiles(values: list[float]) -> dict[str, float]:
             "mean": sum(ordered) / len(ordered)}
 
 
-def latency_run(ctx: Context, label: str, rate: int, seconds: float, settings: dict[str, str | int] | None = None
-                ) -> dict[str, Any]:
-    """One steady-rate run: writers -> PostgreSQL -> bridge -> Kafka; latency per event from the topic."""
+def latency_run(ctx: Context, label: str, rate: int, seconds: float, settings: dict[str, str | int] | None = None,
+                visible: bool = False) -> dict[str, Any]:
+    """One steady-rate run: writers -> PostgreSQL -> bridge -> Kafka; latency per event from the topic, and with
+    `visible` also from its commit to when a read_committed consumer reading along got it (`VisibleTimes`)."""
     url = ctx.scratch.database(label.replace("-", "_"))
     topic = ctx.scratch.create_topic(KAFKA1, f"{label}.{AGGREGATE_TYPE}", PARTITIONS, 1,
                                      {"message.timestamp.type": "LogAppendTime"})
     env = bridge_env(url, KAFKA1, f"bench-{label}", ctx.scratch.topic(f"{label}.{{aggregate_type}}"), 1,
                      **(settings or {}))
+    reader = VisibleTimes(KAFKA1, topic, PARTITIONS) if visible else None
     bridge = BridgeProcess(env, ctx.raw(f"logs/bridge-{label}.log")).start()
     try:
         bridge.wait_leading()
@@ -58,14 +60,30 @@ def latency_run(ctx: Context, label: str, rate: int, seconds: float, settings: d
         records = ctx.raw(f"commits/{label}.txt")
         writer = WriterProcess(pg_dsn(url.rsplit("/", 1)[1]), label, KEYS, schedule, records)
         written = writer.wait(timeout=seconds * 10 + 120)
-        watch = TopicWatch(KAFKA1, topic)
-        try:
-            watch.settle(written["events"], bridge.watermark, head=written["events"])
-        finally:
-            watch.close()
+        if reader is not None:
+            reader.wait_for(written["events"], timeout=300)
+        else:
+            watch = TopicWatch(KAFKA1, topic)
+            try:
+                watch.settle(written["events"], bridge.watermark, head=written["events"])
+            finally:
+                watch.close()
     finally:
         bridge.stop()
-    return {"offered_rate": rate, "writer": written, **commit_to_append(topic, records, label)}
+        seen = reader.stop() if reader is not None else None
+    result = {"offered_rate": rate, "writer": written, **commit_to_append(topic, records, label)}
+    if seen is not None:
+        result["visible_ms"] = commit_to_visible(seen, records)
+    return result
+
+
+def commit_to_visible(seen: dict[int, float], records: Path) -> dict[str, float]:
+    """Each event's latency from its commit to when the read_committed reader got it, after the warm-up."""
+    commits = read_commits(records)
+    first_commit = min(commits.values())
+    latencies_ms = [(seen[index] - committed) * 1000 for index, committed in commits.items()
+                    if index in seen and committed - first_commit >= WARM_UP_S]
+    return {k: round(v, 1) for k, v in percentiles(latencies_ms).items()}
 
 
 def commit_to_append(topic: str, records: Path, label: str) -> dict[str, Any]:

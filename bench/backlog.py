@@ -71,13 +71,14 @@ class DrainResult:
 
 
 def drain(ctx: Context, label: str, target: Target, events: int, settings: dict[str, str | int] | None = None,
-          sample_rss: bool = False, profile: bool = False) -> DrainResult:
-    """Start a bridge with a fresh name (watermark 0) on target and time it over the first `events` events."""
+          sample_rss: bool = False, profile: bool = False, committed: bool = False) -> DrainResult:
+    """Start a bridge with a fresh name (watermark 0) on target and time it over the first `events` events
+    (`committed`: counted as a read_committed consumer may read them, `TopicWatch`)."""
     ctx.scratch.create_topic(target.bootstrap, f"{label}.{AGGREGATE_TYPE}", PARTITIONS, target.replication)
     template = ctx.scratch.topic(f"{label}.{{aggregate_type}}")
     env = bridge_env(target.db_url, target.bootstrap, f"bench-{label}", template, target.replication,
                      **(settings or {}))
-    watch = TopicWatch(target.bootstrap, ctx.scratch.topic(f"{label}.{AGGREGATE_TYPE}"))
+    watch = TopicWatch(target.bootstrap, ctx.scratch.topic(f"{label}.{AGGREGATE_TYPE}"), committed=committed)
     bridge = BridgeProcess(env, ctx.raw(f"logs/bridge-{label}.log"), sample=True).start()
     if profile:
         time.sleep(1.5)  # skip interpreter start-up and imports
@@ -109,13 +110,14 @@ def drain(ctx: Context, label: str, target: Target, events: int, settings: dict[
 
 
 def round_robin(ctx: Context, prefix: str, variants: dict[str, tuple[Target, dict[str, str | int]]], events: int,
-                rounds: int, after: Callable[[str, DrainResult], None] | None = None) -> dict[str, list[float]]:
+                rounds: int, after: Callable[[str, DrainResult], None] | None = None,
+                committed: bool = False) -> dict[str, list[float]]:
     """Drain each variant once per round, in turn, so slow spells of the shared machine spread over all of them:
     each variant's events/s per round (`after` sees every drain's result as it ends)."""
     rates: dict[str, list[float]] = {}
     for round_number in range(1, rounds + 1):
         for index, (name, (target, settings)) in enumerate(variants.items()):
-            result = drain(ctx, f"{prefix}{round_number}-{index}", target, events, settings)
+            result = drain(ctx, f"{prefix}{round_number}-{index}", target, events, settings, committed=committed)
             rates.setdefault(name, []).append(result.events_per_s)
             if after is not None:
                 after(name, result)

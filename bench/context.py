@@ -25,6 +25,8 @@ class Sizes:
     b1_tracing_events: int
     #: Events per variant of B1-formats (json values, json-schema values); 0 skips it.
     b1_formats_events: int
+    #: Events per variant of B1-delivery (at-least-once, exactly-once); 0 skips it.
+    b1_delivery_events: int
     b1_profile_events: int
     b2_events: int
     b3_seconds: float
@@ -52,6 +54,7 @@ FULL = Sizes(
     b1_tuning_events=200_000,
     b1_tracing_events=200_000,
     b1_formats_events=200_000,
+    b1_delivery_events=200_000,
     b1_profile_events=250_000,
     b2_events=500_000,
     b3_seconds=30.0,
@@ -76,6 +79,7 @@ QUICK = Sizes(
     b1_tuning_events=0,
     b1_tracing_events=20_000,
     b1_formats_events=20_000,
+    b1_delivery_events=20_000,
     b1_profile_events=0,
     b2_events=20_000,
     b3_seconds=5.0,

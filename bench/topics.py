@@ -6,12 +6,22 @@ in-sync replica has it, which is when the producer gets its ack.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 TIMESTAMP_LOG_APPEND_TIME = 2  # confluent_kafka.TIMESTAMP_LOG_APPEND_TIME
 
@@ -44,11 +54,14 @@ class Progress:
 
 
 class TopicWatch:
-    """Polls a topic's total record count (high watermarks) on a fixed interval."""
+    """Polls a topic's total record count (high watermarks) on a fixed interval. `committed`: the last stable
+    offsets instead, what a read_committed consumer may read (the same on a topic without transactions; with them,
+    each committed transaction's marker takes an offset too, one per partition it wrote)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, committed: bool = False) -> None:
         self.topic = topic
         self._consumer = _consumer(bootstrap)
+        self._admin = AdminClient({"bootstrap.servers": bootstrap}) if committed else None
         self._partitions: list[int] = []
 
     def count(self) -> int:
@@ -57,6 +70,10 @@ class TopicWatch:
             if described is None or described.error is not None or not described.partitions:
                 return 0
             self._partitions = sorted(described.partitions)
+        if self._admin is not None:
+            asked = {TopicPartition(self.topic, p): OffsetSpec.latest() for p in self._partitions}
+            answers = self._admin.list_offsets(asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10)
+            return sum(future.result().offset for future in answers.values())
         return sum(
             self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10, cached=False)[1]
             for p in self._partitions
@@ -106,8 +123,10 @@ class TopicWatch:
 
 def read_all(bootstrap: str, topic: str, timeout: float = 300) -> Iterator[Message]:
     """Every record currently in the topic, partition by partition in offset order."""
+    # The end of a partition as librdkafka sees it too: a transaction's marker (exactly-once delivery) takes the
+    # last offset and is never delivered as a record.
     consumer = _consumer(bootstrap, **{"fetch.max.bytes": 64 * 1024 * 1024,
-                                       "max.partition.fetch.bytes": 16 * 1024 * 1024})
+                                       "max.partition.fetch.bytes": 16 * 1024 * 1024, "enable.partition.eof": True})
     try:
         described = consumer.list_topics(topic, timeout=30).topics[topic]
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
@@ -120,6 +139,8 @@ def read_all(bootstrap: str, topic: str, timeout: float = 300) -> Iterator[Messa
                 raise TimeoutError(f"reading {topic}: partitions {sorted(remaining)} not finished in {timeout}s")
             for msg in consumer.consume(10_000, 1.0):
                 if msg.error() is not None:
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        remaining.discard(msg.partition())
                     continue
                 yield msg
                 if msg.offset() + 1 >= ends[msg.partition()]:
@@ -144,3 +165,36 @@ def partition_ends(bootstrap: str, topic: str) -> dict[int, int]:
     finally:
         consumer.close()
 
+
+
+class VisibleTimes:
+    """A read_committed consumer reading a topic along, on its own thread: the wall-clock time at which each event
+    (by the number ending its event_id) first reached it. Fetches wait at most 5 ms for data, so an idle poll adds
+    little to what it measures."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.seen: dict[int, float] = {}
+        self._consumer = _consumer(bootstrap, **{"isolation.level": "read_committed", "fetch.wait.max.ms": 5})
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="visible-times", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            for msg in self._consumer.consume(num_messages=1000, timeout=0.05):
+                if msg.error() is None:
+                    now = time.time()
+                    index = int((header(msg, "event_id") or b"-0").decode().rsplit("-", 1)[1])
+                    self.seen.setdefault(index, now)
+
+    def wait_for(self, count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.seen) < count and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def stop(self) -> dict[int, float]:
+        self._stop.set()
+        self._thread.join(30)
+        self._consumer.close()
+        return self.seen

@@ -16,13 +16,14 @@ from bench.report import (
     b7_memory,
     b8_debezium,
     b8_rows,
+    delivery,
 )
 from bench.report.cells import Plots
 
 ANALYSIS = Path(__file__).resolve().parents[1] / "analysis.md"
 #: The benchmarks in the report's order; each gives its summary rows (`summary`) and its section (`section`).
-SECTIONS = (b1_throughput, b2_sqlite, b3_latency, b4_crash, b5_projection, b6_end_to_end, b7_memory, b8_debezium,
-            b8_rows)
+SECTIONS = (b1_throughput, b2_sqlite, b3_latency, delivery, b4_crash, b5_projection, b6_end_to_end, b7_memory,
+            b8_debezium, b8_rows)
 
 
 def render(results: dict[str, Any], images: dict[str, Path], base: Path) -> str:
