@@ -182,11 +182,12 @@ class VisibleTimes:
 
     def _read(self) -> None:
         while not self._stop.is_set():
-            for msg in self._consumer.consume(num_messages=1000, timeout=0.05):
-                if msg.error() is None:
-                    now = time.time()
-                    index = int((header(msg, "event_id") or b"-0").decode().rsplit("-", 1)[1])
-                    self.seen.setdefault(index, now)
+            # One record per poll, which returns as soon as one is there: a batch would wait for its last.
+            msg = self._consumer.poll(0.05)
+            if msg is not None and msg.error() is None:
+                now = time.time()
+                index = int((header(msg, "event_id") or b"-0").decode().rsplit("-", 1)[1])
+                self.seen.setdefault(index, now)
 
     def wait_for(self, count: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
