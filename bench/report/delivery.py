@@ -38,7 +38,8 @@ def section(results: dict[str, Any], plots: Plots) -> str:
              "`BRIDGE_DELIVERY=exactly-once` (`bench/b1_delivery.py`, `bench/b3_delivery.py`) beside the default, "
              "with the transaction sizes' defaults (`BRIDGE_TRANSACTION_MAX_EVENTS`, "
              "`BRIDGE_TRANSACTION_INTERVAL_MS`). Both modes are measured the same way, as a `read_committed` "
-             "consumer sees them.", ""]
+             "consumer sees them, in one run: compare them with each other. Figures of other sections may come from "
+             "other runs (the header lists them), on a less busy machine and without a consumer reading along.", ""]
     if not problem(b1) and b1 is not None and b1.get("variants"):
         lines += [f"Throughput: B1's PostgreSQL backlog, {b1['events_per_variant']:,} events per variant, 1 broker, "
                   f"{b1['rounds']} rounds round-robin, counted by the last stable offsets (mean, and the range of the "
