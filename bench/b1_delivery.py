@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.b1_throughput import KEYS, backlog_database
-from bench.backlog import Target, round_robin
+from bench.backlog import Target, round_robin, variant_rows
 from bench.context import Context
 from bench.stack import KAFKA1
 
@@ -34,15 +34,5 @@ def run(ctx: Context) -> dict[str, Any]:
     target = Target(url, KAFKA1, 1, KEYS)
     rates = round_robin(ctx, "delivery", {name: (target, s) for name, s in VARIANTS.items()}, events, ROUNDS,
                         committed=True)
-    baseline = sum(rates[DEFAULT]) / ROUNDS
-    rows = {}
-    for name, settings in VARIANTS.items():
-        mean = sum(rates[name]) / ROUNDS
-        rows[name] = {
-            "settings": settings,
-            "bridge_events_per_s": round(mean, 1),
-            "bridge_range": [round(min(rates[name])), round(max(rates[name]))],
-            "fraction_of_default": round(mean / baseline, 3),
-            "microseconds_per_event": round(1e6 / mean, 1),
-        }
+    rows = variant_rows(rates, VARIANTS, DEFAULT, "fraction_of_default")
     return {"events_per_variant": events, "rounds": ROUNDS, "broker": "1 broker", "variants": rows}

@@ -19,7 +19,7 @@ import logging
 from typing import Any
 
 from bench.b1_throughput import KEYS, backlog_database
-from bench.backlog import Target, round_robin
+from bench.backlog import Target, round_robin, variant_rows
 from bench.context import Context
 from bench.otlp_sink import OtlpSink
 from bench.stack import KAFKA1, pg_dsn
@@ -68,15 +68,9 @@ def run(ctx: Context) -> dict[str, Any]:
         sink.take()
         rates = round_robin(ctx, "trace", variants, min(events, loaded), ROUNDS,
                             after=lambda name, _result: exported.setdefault(name, []).append(sink.take()))
-    baseline = sum(rates["tracing off, every row traced"]) / ROUNDS
-    rows = {}
-    for name, (_target, settings) in variants.items():
-        mean = sum(rates[name]) / ROUNDS
-        rows[name] = {
-            "settings": {k: v for k, v in settings.items() if k != "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"},
-            "bridge_events_per_s": round(mean, 1),
-            "bridge_range": [round(min(rates[name])), round(max(rates[name]))],
-            "fraction_of_tracing_off": round(mean / baseline, 3),
-            "spans_exported": exported[name],
-        }
+    shown = {name: {k: v for k, v in settings.items() if k != "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"}
+             for name, (_target, settings) in variants.items()}
+    rows = variant_rows(rates, shown, "tracing off, every row traced", "fraction_of_tracing_off")
+    for name, row in rows.items():
+        row["spans_exported"] = exported[name]
     return {"events_per_variant": min(events, loaded), "rounds": ROUNDS, "broker": "1 broker", "variants": rows}

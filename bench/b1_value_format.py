@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from bench.b1_throughput import KEYS, backlog_database
-from bench.backlog import Target, round_robin
+from bench.backlog import Target, round_robin, variant_rows
 from bench.context import Context
 from bench.stack import KAFKA1, schema_registry_url
 from bench.workload import EVENT_TYPE
@@ -58,15 +58,7 @@ def run(ctx: Context) -> dict[str, Any]:
         }),
     }
     rates = round_robin(ctx, "format", variants, events, ROUNDS)
-    baseline = sum(rates["json (the default)"]) / ROUNDS
-    rows = {}
-    for name, (_target, settings) in variants.items():
-        mean = sum(rates[name]) / ROUNDS
-        rows[name] = {
-            "settings": {k: v for k, v in settings.items() if k == "BRIDGE_VALUE_FORMAT"},
-            "bridge_events_per_s": round(mean, 1),
-            "bridge_range": [round(min(rates[name])), round(max(rates[name]))],
-            "fraction_of_json": round(mean / baseline, 3),
-            "microseconds_per_event": round(1e6 / mean, 1),
-        }
+    shown = {name: {k: v for k, v in settings.items() if k == "BRIDGE_VALUE_FORMAT"}
+             for name, (_target, settings) in variants.items()}
+    rows = variant_rows(rates, shown, "json (the default)", "fraction_of_json")
     return {"events_per_variant": events, "rounds": ROUNDS, "broker": "1 broker", "variants": rows}

@@ -125,6 +125,20 @@ def round_robin(ctx: Context, prefix: str, variants: dict[str, tuple[Target, dic
     return rates
 
 
+def variant_rows(rates: dict[str, list[float]], shown: dict[str, dict[str, Any]], baseline: str,
+                 fraction: str) -> dict[str, dict[str, Any]]:
+    """Each round-robin variant's mean rate, the range of its rounds, and its mean as a fraction (key `fraction`) of
+    the `baseline` variant's; `shown` gives the settings each row records."""
+    base = sum(rates[baseline]) / len(rates[baseline])
+    rows = {}
+    for name, settings in shown.items():
+        mean = sum(rates[name]) / len(rates[name])
+        rows[name] = {"settings": settings, "bridge_events_per_s": round(mean, 1),
+                      "bridge_range": [round(min(rates[name])), round(max(rates[name]))],
+                      fraction: round(mean / base, 3), "microseconds_per_event": round(1e6 / mean, 1)}
+    return rows
+
+
 def ceiling(ctx: Context, label: str, target: Target, events: int,
             settings: dict[str, str | int] | None = None) -> dict[str, Any]:
     """The bare producer with the bridge's settings for target, on a fresh topic of the same shape."""

@@ -30,6 +30,21 @@ from tests.support import (
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 
+def _writing(url: str, after: int, batches: int) -> tuple[threading.Thread, list[int]]:
+    """A thread inserting `batches` batches of 50 events after seq `after`, 0.1 s apart; and the count so far."""
+    written = [after]
+
+    def write() -> None:
+        for _ in range(batches):
+            insert_events(url, 50, start=written[0])
+            written[0] += 50
+            time.sleep(0.1)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    return writer, written
+
+
 def _topic_settings(bootstrap: str, topic: str) -> tuple[set[int], str, str]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions.values()
@@ -55,16 +70,7 @@ def test_one_broker_down_loses_nothing_two_down_stall_without_moving_the_waterma
         assert _topic_settings(kafka_cluster3.bootstrap, topic) == ({3}, "2", "false")
 
         # One broker killed while events are being written and published.
-        written = [200]
-
-        def write(batches: int) -> None:
-            for _ in range(batches):
-                insert_events(url, 50, start=written[0])
-                written[0] += 50
-                time.sleep(0.1)
-
-        writer = threading.Thread(target=write, args=(60,))
-        writer.start()
+        writer, written = _writing(url, after=200, batches=60)
         time.sleep(2)
         kafka_cluster3.stop_broker(1, kill=True)
         down.append(1)
@@ -145,16 +151,7 @@ def test_exactly_once_with_the_transaction_coordinator_killed_mid_run_shows_ever
         insert_events(url, 200)
         wait_until(lambda: persisted_watermark(url, config.bridge_name) == 200, 60, "the first 200 events")
         coordinator = _transaction_coordinator(kafka_cluster3.bootstrap, transactional_id(config.bridge_name))
-        written = [200]
-
-        def write(batches: int) -> None:
-            for _ in range(batches):
-                insert_events(url, 50, start=written[0])
-                written[0] += 50
-                time.sleep(0.1)
-
-        writer = threading.Thread(target=write, args=(60,))
-        writer.start()
+        writer, written = _writing(url, after=200, batches=60)
         time.sleep(2)
         kafka_cluster3.stop_broker(coordinator, kill=True)
         killed.append(coordinator)

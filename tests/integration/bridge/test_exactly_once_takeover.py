@@ -22,7 +22,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from bridge.exits import EXIT_FENCED
 from bridge.migrate import upgrade
@@ -33,7 +32,6 @@ from tests.support import (
     bridge_env,
     committed_seqs,
     head_seq,
-    insert_events,
     keys_in_seq_order,
     read_topic,
     record_seq,
@@ -41,7 +39,8 @@ from tests.support import (
     wait_until,
     write_out_of_seq_order,
 )
-from tests.takeover import OffsetsWatch, produced_by
+from tests.takeover import OffsetsWatch, create_topic, leader_and_standby, pile_up, produced_by
+from tests.takeover import queued as queued_by
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -74,28 +73,19 @@ def test_a_frozen_leaders_queued_sends_never_become_visible_and_it_exits_fenced(
     name = f"eot-{uuid.uuid4().hex[:6]}"
     template = f"eot{uuid.uuid4().hex[:8]}.{{aggregate_type}}"
     topic = template.replace("{aggregate_type}", "order")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(timeout=30)
+    create_topic(bootstrap, topic)
     ledgers: list[Ledger] = []
 
     with OffsetsWatch(url, name) as watch:
-        first = _spawn(url, bootstrap, name, template, FIRST, tmp_path / "first.log")
-        second: BridgeProcess | None = None
+        first, second = leader_and_standby(
+            watch, lambda client_id, log: _spawn(url, bootstrap, name, template, client_id, log), (FIRST, SECOND),
+            tmp_path)
         try:
-            wait_until(lambda: (s := watch.latest()) is not None and s.owner_pid == first.pid, 30,
-                       "the first instance to lead")
-            second = _spawn(url, bootstrap, name, template, SECOND, tmp_path / "second.log")
-            wait_until(lambda: second.logged("another instance holds the lease; standing by"), 30,
-                       "the second instance to stand by")
-
             # 1. The broker holds Produce responses; the leader's open transaction grows and its queue fills.
-            proxy.throttle(THROTTLE_S)
-            insert_events(url, BACKLOG, aggregates=AGGREGATES)
-            ledgers.append(write_out_of_seq_order(url, WRITERS, 3.0, AGGREGATES))
+            ledgers.append(pile_up(url, proxy, THROTTLE_S, BACKLOG, WRITERS, AGGREGATES))
 
             def queued() -> int:
-                status = watch.last_of(first.pid).status
-                return int(status["watermark"]) + int(status["in_flight"]) - produced_by(proxy, FIRST)[1]
+                return queued_by(watch, proxy, first, FIRST)
 
             wait_until(lambda: queued() >= MIN_QUEUED, 30, f"the leader to have {MIN_QUEUED} events queued")
             # 2. Frozen with sends queued and a transaction open.
@@ -123,8 +113,7 @@ def test_a_frozen_leaders_queued_sends_never_become_visible_and_it_exits_fenced(
             second_code = second.wait(60)
         finally:
             first.stop_if_running()
-            if second is not None:
-                second.stop_if_running()
+            second.stop_if_running()
             proxy.throttle(0)
 
     records = read_topic(bootstrap, topic, isolation_level="read_committed")

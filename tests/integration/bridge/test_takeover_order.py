@@ -35,7 +35,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Message
-from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy.engine import make_url
 
 from bridge.migrate import upgrade
@@ -55,7 +54,8 @@ from tests.support import (
     wait_until,
     write_out_of_seq_order,
 )
-from tests.takeover import OffsetsWatch, produced_by
+from tests.takeover import OffsetsWatch, create_topic, leader_and_standby, pile_up, produced_by
+from tests.takeover import queued as queued_by
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -81,14 +81,6 @@ def _spawn(url: str, bootstrap: str, name: str, template: str, client_id: str, l
                      lease_timeout_s=LEASE_TIMEOUT_S, topic_partitions=3, max_in_flight=MAX_IN_FLIGHT,
                      producer_extra=json.dumps(extra))
     return spawn_bridge(env, log)
-
-
-def _create_topic(bootstrap: str, topic: str) -> None:
-    """The topic the bridge will check and use, stamping each record with the broker's append time."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = NewTopic(topic, num_partitions=3, replication_factor=1,
-                   config={"message.timestamp.type": "LogAppendTime"})
-    admin.create_topics([new])[topic].result(timeout=30)
 
 
 def _assert_whole(records: list[Message]) -> None:
@@ -117,29 +109,19 @@ def test_after_a_takeover_from_a_leader_paused_with_messages_queued_a_plain_cons
     name = f"to-{uuid.uuid4().hex[:6]}"
     template = f"to{uuid.uuid4().hex[:8]}.{{aggregate_type}}"
     topic = template.replace("{aggregate_type}", "order")
-    _create_topic(bootstrap, topic)
+    create_topic(bootstrap, topic)
     ledgers: list[Ledger] = []
 
     with OffsetsWatch(url, name) as watch:
-        first = _spawn(url, bootstrap, name, template, FIRST, tmp_path / "first.log")
-        second: BridgeProcess | None = None
+        first, second = leader_and_standby(
+            watch, lambda client_id, log: _spawn(url, bootstrap, name, template, client_id, log), (FIRST, SECOND),
+            tmp_path)
         try:
-            wait_until(lambda: (s := watch.latest()) is not None and s.owner_pid == first.pid, 30,
-                       "the first instance to lead")
-            second = _spawn(url, bootstrap, name, template, SECOND, tmp_path / "second.log")
-            wait_until(lambda: second.logged("another instance holds the lease; standing by"), 30,
-                       "the second instance to stand by")
-
             # 1. The broker throttles; a backlog and out-of-order commits pile up in the leader's producer.
-            proxy.throttle(THROTTLE_S)
-            insert_events(url, BACKLOG, aggregates=AGGREGATES)
-            ledgers.append(write_out_of_seq_order(url, WRITERS, 3.0, AGGREGATES))
+            ledgers.append(pile_up(url, proxy, THROTTLE_S, BACKLOG, WRITERS, AGGREGATES))
 
             def queued() -> int:
-                """Events the leader had handed to librdkafka (its last status) that never reached the broker."""
-                status = watch.last_of(first.pid).status
-                handed = int(status["watermark"]) + int(status["in_flight"])
-                return handed - produced_by(proxy, FIRST)[1]
+                return queued_by(watch, proxy, first, FIRST)
 
             wait_until(lambda: queued() >= MIN_QUEUED, 20, f"the leader to have {MIN_QUEUED} events queued")
             # 2. Paused with messages queued: a GC pause, a frozen VM.
@@ -173,8 +155,7 @@ def test_after_a_takeover_from_a_leader_paused_with_messages_queued_a_plain_cons
             first_code, second_code = first.wait(30), second.wait(60)
         finally:
             first.stop_if_running()
-            if second is not None:
-                second.stop_if_running()
+            second.stop_if_running()
             proxy.throttle(0)
 
     records = read_topic(bootstrap, topic, isolation_level="read_uncommitted")
@@ -259,7 +240,7 @@ def test_a_leader_paused_in_the_middle_of_a_read_sends_none_of_it_after_the_take
     name = f"to-{uuid.uuid4().hex[:6]}"
     template = f"to{uuid.uuid4().hex[:8]}.{{aggregate_type}}"
     topic = template.replace("{aggregate_type}", "order")
-    _create_topic(bootstrap, topic)
+    create_topic(bootstrap, topic)
     server = make_url(url)
     backlog, held, more = 100, 300, 100
 

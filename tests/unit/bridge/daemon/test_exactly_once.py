@@ -120,26 +120,39 @@ def test_a_dead_leaders_open_transaction_never_becomes_visible() -> None:
     assert _seqs(coordinator.delivered) == [1, 2, 3, 4, 5, 6], "only the new leader's records are committed"
 
 
-def test_a_producer_fenced_when_another_instance_took_the_lease_exits_saying_so_and_a_restart_leads(
-        caplog: pytest.LogCaptureFixture) -> None:
+def _fenced_after_three(lease_taken: bool, caplog: pytest.LogCaptureFixture) -> tuple[
+        int, InMemoryOutbox, InMemoryLeaseStore, InMemoryCoordinator, list[InMemoryTransactionalPublisher],
+        list[InMemoryTransactionalPublisher]]:
+    """A leader publishes 1..3; three more are written and another producer of its transactional.id starts (with
+    `lease_taken`, another instance took the lease first); run until it exits, or until it published 4..6.
+    Returns the exit code, the outbox, lease store and coordinator, its producers and the other one."""
     outbox, coordinator = InMemoryOutbox(), InMemoryCoordinator()
     store = InMemoryLeaseStore()
     for _ in range(3):
         outbox.write()
     made: list[InMemoryTransactionalPublisher] = []
     daemon = _daemon(outbox, store, coordinator, made)
-    rival: list[InMemoryTransactionalPublisher] = []
+    other: list[InMemoryTransactionalPublisher] = []
 
     def done() -> bool:
-        if not rival and store.watermark == 3:
+        if not other and store.watermark == 3:
             for _ in range(3):
                 outbox.write()
-            store.steal()  # another instance took the lease ...
-            rival.append(InMemoryTransactionalPublisher(lambda *_: None, coordinator))  # ... and fenced this producer
-        return False
+            if lease_taken:
+                store.steal()
+            other.append(InMemoryTransactionalPublisher(lambda *_: None, coordinator))  # fences the term's producer
+            return False
+        return bool(other) and store.watermark == 6
 
     with caplog.at_level(logging.WARNING):
-        assert _run_until(daemon, outbox, done) == EXIT_FENCED
+        code = _run_until(daemon, outbox, done)
+    return code, outbox, store, coordinator, made, other
+
+
+def test_a_producer_fenced_when_another_instance_took_the_lease_exits_saying_so_and_a_restart_leads(
+        caplog: pytest.LogCaptureFixture) -> None:
+    code, outbox, store, coordinator, made, _ = _fenced_after_three(True, caplog)
+    assert code == EXIT_FENCED
     fenced = [r for r in caplog.records if r.getMessage().startswith("fenced: another instance leads")]
     assert fenced and "fenced by a new leader's producer" in str(getattr(fenced[0], "error", "")), \
         "the process exits with one line saying it was fenced, and by what"
@@ -153,25 +166,9 @@ def test_a_producer_fenced_when_another_instance_took_the_lease_exits_saying_so_
 
 def test_a_producer_fenced_by_an_instance_that_no_longer_leads_fences_it_back_and_goes_on(
         caplog: pytest.LogCaptureFixture) -> None:
-    outbox, coordinator = InMemoryOutbox(), InMemoryCoordinator()
-    store = InMemoryLeaseStore()
-    for _ in range(3):
-        outbox.write()
-    made: list[InMemoryTransactionalPublisher] = []
-    daemon = _daemon(outbox, store, coordinator, made)
-    stale: list[InMemoryTransactionalPublisher] = []
-
-    def done() -> bool:
-        if not stale and store.watermark == 3:
-            for _ in range(3):
-                outbox.write()
-            # A woken old leader's init_transactions, started before it froze, finishes now: the lease stays here.
-            stale.append(InMemoryTransactionalPublisher(lambda *_: None, coordinator))
-            return False
-        return bool(stale) and store.watermark == 6
-
-    with caplog.at_level(logging.WARNING):
-        assert _run_until(daemon, outbox, done) == EXIT_OK
+    # The other producer is a woken old leader's: its init_transactions, begun before it froze, ends now.
+    code, _, _, coordinator, made, stale = _fenced_after_three(False, caplog)
+    assert code == EXIT_OK
     assert any(r.getMessage().startswith("fenced by a producer of an instance that no longer leads")
                for r in caplog.records), "the term says what happened"
     assert _seqs(coordinator.delivered) == [1, 2, 3, 4, 5, 6]
