@@ -53,8 +53,9 @@ class Reports:
 
 
 def record(seq: int, topic: str, key: bytes | None = None, value: bytes = b"{}") -> KafkaRecord:
-    """A record as the daemon builds one: keyed, with its seq in a header."""
-    return KafkaRecord.of(seq, topic, key or KEYS[seq % len(KEYS)], value, [("seq", str(seq).encode())])
+    """A record as the daemon builds one: keyed, with its event_id and seq in headers."""
+    headers = [("event_id", f"e-{seq}".encode()), ("seq", str(seq).encode())]
+    return KafkaRecord.of(seq, topic, key or KEYS[seq % len(KEYS)], value, headers)
 
 
 def _oversized(seq: int, topic: str) -> KafkaRecord:

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from bridge.config import BridgeConfig
 from bridge.kafka.producer_settings import producer_settings
-from bridge.kafka.progress import committed_seq
+from bridge.kafka.progress import Progress, committed_progress
 from bridge.kafka.publisher import DeliveryCallback, KafkaPublisher
 from bridge.kafka.transactional import TransactionalPublisher, is_fenced
 from tests.contracts.publisher import (
@@ -110,24 +110,25 @@ class TestTransactionalPublisher(TestKafkaPublisher):
         for publisher in made:
             publisher.close(0)
 
-    def test_each_commit_records_the_last_seq_it_covers_for_a_read_committed_reader(
+    def test_each_commit_records_the_last_seq_it_covers_and_its_event_for_a_read_committed_reader(
         self, new_publisher: NewPublisher, topic: str, config: BridgeConfig
     ) -> None:
         policy = config.transactions
         assert policy is not None
         client = config.kafka.client_conf()
-        assert committed_seq(client, policy.progress_topic, policy.progress_key) is None, "nothing committed yet"
+        assert committed_progress(client, policy.progress_topic, policy.progress_key) is None, "nothing committed yet"
         publisher = new_publisher(Reports())
         for seq in range(1, 21):
             publisher.send(record(seq, topic), GENERATION)
         assert publisher.flush(30) == 0
-        assert committed_seq(client, policy.progress_topic, policy.progress_key) == 20
+        assert committed_progress(client, policy.progress_topic, policy.progress_key) == Progress(20, "e-20")
         for seq in range(21, 26):
             publisher.send(record(seq, topic), GENERATION)
         served_until = time.monotonic() + 1.0  # the daemon polls every turn: well past the 50 ms interval
         while time.monotonic() < served_until:
             publisher.poll(0.1)
-        assert committed_seq(client, policy.progress_topic, policy.progress_key) == 25, "committed by age"
+        assert committed_progress(client, policy.progress_topic, policy.progress_key) == Progress(25, "e-25"), \
+            "committed by age"
 
     def test_a_new_producer_fences_the_old_one_whose_open_transaction_never_becomes_visible(
         self, config: BridgeConfig, topic: str, landed: Landed
