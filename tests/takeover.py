@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bridge.store.engine import make_engine
@@ -86,6 +88,14 @@ def create_topic(bootstrap: str, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     new = NewTopic(topic, num_partitions=3, replication_factor=1, config={"message.timestamp.type": "LogAppendTime"})
     admin.create_topics([new])[topic].result(timeout=30)
+
+
+def warm_transactions(bootstrap: str) -> None:
+    """Make the broker's transaction coordinator ready: a fresh broker creates and loads its transaction state at the
+    first `init_transactions`, which meanwhile times out, so a scenario timed from the bridges' start would time
+    that too. The bridge rides it out (tests/unit/bridge/daemon/test_exactly_once.py); the scenario need not."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"warm-{uuid.uuid4().hex}"})
+    producer.init_transactions(60)
 
 
 def leader_and_standby(watch: OffsetsWatch, spawn: Callable[[str, Path], BridgeProcess], client_ids: tuple[str, str],

@@ -1,5 +1,6 @@
-"""What a term does apart in exactly-once delivery: where a new producer resumes, and how a rewind lowers Kafka's
-progress before the stored watermark. And the line a rebuilt producer leaves, in either delivery.
+"""What a term does apart in exactly-once delivery: where a new producer resumes, who leads before a rebuild, and
+how a rewind lowers Kafka's progress before the stored watermark. And the line a rebuilt producer leaves, in
+either delivery.
 
 A restart resumes after the higher of the stored watermark and Kafka's last committed seq (the progress topic),
 so a deliberate re-send (a rewind) must lower Kafka's first: lowered second, a kill between the two would
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from bridge.errors import FencedError, TransientStoreError
 from bridge.kafka.publisher import DeliveryFailure, Publisher
 from bridge.kafka.transactional import ProgressMarking
 
@@ -26,6 +28,33 @@ def committed_ahead(committed: Callable[[], int | None], watermark: int) -> int 
     log.info("resuming after the last seq Kafka committed, above the watermark",
              extra={"committed_seq": seq, "watermark": watermark})
     return seq
+
+
+def confirm_lease(renew: Callable[[], None], expired: Callable[[], bool], error: Callable[[str, Exception], None],
+                  fenced_by: str | None) -> None:
+    """Before a rebuild, renew the lease (`renew`), which says who leads; the rebuild's init_transactions may block
+    for half the lease (a coordinator still loading), and a run of them must not let it lapse.
+
+    Fenced by another producer of this transactional.id (`fenced_by`) and renewed: the fencer no longer leads (its
+    init_transactions, begun before it froze past its lease, ended as it woke), and the rebuild's producer fences
+    it back. Lost: FencedError, the term ends; so too when fenced and the lease cannot be renewed to tell whose."""
+    try:
+        renew()
+    except TransientStoreError as exc:
+        if fenced_by is not None:
+            raise FencedError(f"fenced by a new leader's producer ({fenced_by}); the lease could not be renewed "
+                              f"to tell whose: {exc}") from exc
+        error("database", exc)
+        if expired():
+            raise FencedError(f"could not renew the lease: {exc}") from exc
+        return
+    except FencedError as exc:
+        if fenced_by is None:
+            raise
+        raise FencedError(f"fenced by a new leader's producer ({fenced_by}); {exc}") from exc
+    if fenced_by is not None:
+        log.warning("fenced by a producer of an instance that no longer leads; this one still holds the lease, "
+                    "and its new producer fences that one back", extra={"error": fenced_by})
 
 
 def mark_rewind(publisher: Publisher, to: int, watermark: int) -> bool:

@@ -82,8 +82,11 @@ class Term:
                 self.publisher.poll(0)
                 self.in_flight.flush_published()
                 if (failure := self.publisher.failure) is not None:
-                    if is_fenced(failure) and self._parts.committed is not None:  # exactly-once only
-                        self._confirm_lease(failure.reason)  # raises FencedError if another instance leads
+                    if self._parts.committed is not None:  # exactly-once only
+                        # Raises FencedError if another instance leads. Renewed before every rebuild: the new
+                        # producer's init_transactions may block half the lease (a coordinator still loading).
+                        exactly_once.confirm_lease(self._renew, self.leadership.expired, self._tally.error,
+                                                   failure.reason if is_fenced(failure) else None)
                     refused = self.in_flight.refusal(failure)
                     if refused is not None:
                         return self._shutdown(step_failures.ending(self._tally, refused))
@@ -165,19 +168,8 @@ class Term:
                 # Another instance may have taken over meanwhile: stop publishing.
                 raise FencedError(f"could not renew the lease for {self.settings.lease_timeout_s}s") from exc
 
-    def _confirm_lease(self, fenced_by: str) -> None:
-        """Exactly-once, fenced by another producer of this transactional.id: the lease says who leads. Renewed, the
-        fencer no longer leads (its init_transactions, begun before it froze past its lease, ended as it woke),
-        and the rebuild's producer fences it back. Lost, or not renewable: FencedError, the term ends."""
-        try:
-            self._persisting.persist(self.leadership.renew, self.tracker, self.reader)
-        except TransientStoreError as exc:
-            raise FencedError(f"fenced by a new leader's producer ({fenced_by}); the lease could not be renewed "
-                              f"to tell whose: {exc}") from exc
-        except FencedError as exc:
-            raise FencedError(f"fenced by a new leader's producer ({fenced_by}); {exc}") from exc
-        log.warning("fenced by a producer of an instance that no longer leads; this one still holds the lease, "
-                    "and its new producer fences that one back", extra={"error": fenced_by})
+    def _renew(self) -> None:
+        self._persisting.persist(self.leadership.renew, self.tracker, self.reader)
 
     # ------------------------------------------------------------------------------ rebuild, rewind
 

@@ -39,7 +39,7 @@ from tests.support import (
     wait_until,
     write_out_of_seq_order,
 )
-from tests.takeover import OffsetsWatch, create_topic, leader_and_standby, pile_up, produced_by
+from tests.takeover import OffsetsWatch, create_topic, leader_and_standby, pile_up, produced_by, warm_transactions
 from tests.takeover import queued as queued_by
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -74,6 +74,7 @@ def test_a_frozen_leaders_queued_sends_never_become_visible_and_it_exits_fenced(
     template = f"eot{uuid.uuid4().hex[:8]}.{{aggregate_type}}"
     topic = template.replace("{aggregate_type}", "order")
     create_topic(bootstrap, topic)
+    warm_transactions(bootstrap)
     ledgers: list[Ledger] = []
 
     with OffsetsWatch(url, name) as watch:

@@ -270,3 +270,45 @@ def test_a_producer_whose_transactions_did_not_start_is_replaced_without_claimin
     assert "the producer failed before it carried a record; making a new one" in messages
     assert not [m for m in messages if m.startswith("delivery failed")], messages
     assert _seqs(coordinator.delivered) == [1, 2, 3, 4]
+
+
+def test_a_run_of_slow_failed_init_transactions_never_lets_the_lease_lapse() -> None:
+    # As on a cluster whose transaction coordinator is still loading: each new producer's init_transactions
+    # blocks for most of half the lease and times out, several times in a row.
+    config = CONFIG.model_copy(update={"lease_timeout_s": 1.0})
+    outbox, coordinator = InMemoryOutbox(), InMemoryCoordinator()
+    renewed: list[float] = []
+
+    class TimedStore(InMemoryLeaseStore):
+        def try_acquire(self, owner: str, lease_seconds: float) -> Lease | None:
+            renewed.append(time.monotonic())
+            return super().try_acquire(owner, lease_seconds)
+
+        def persist(self, lease: Lease, watermark: int, lease_seconds: float, status: dict[str, Any],
+                    **kw: Any) -> None:
+            renewed.append(time.monotonic())
+            super().persist(lease, watermark, lease_seconds, status, **kw)
+
+    store = TimedStore()
+    for _ in range(4):
+        outbox.write()
+    made: list[InMemoryTransactionalPublisher] = []
+
+    def new_publisher(on_delivery: Any) -> InMemoryTransactionalPublisher:
+        timed_out = None
+        if len(made) < 4:
+            time.sleep(config.lease_timeout_s * 0.4)
+            timed_out = KafkaError(KafkaError._TIMED_OUT, "Local: Timed out")
+        made.append(InMemoryTransactionalPublisher(on_delivery, coordinator, max_events=config.transaction_max_events,
+                                                   interval_s=config.transaction_interval_ms / 1000,
+                                                   init_error=timed_out))
+        return made[-1]
+
+    daemon = BridgeDaemon(config.loop, config.topics, offsets=store, open_reader=outbox.reader,
+                          new_publisher=new_publisher, topic_guard=AcceptingTopicGuard(), instance_id="unit",
+                          committed=coordinator.committed)
+    assert _run_until(daemon, outbox, lambda: store.watermark == 4) == EXIT_OK
+    assert len(made) == 5
+    gaps = [later - earlier for earlier, later in zip(renewed, renewed[1:])]
+    assert max(gaps) < config.lease_timeout_s, f"the lease went {max(gaps):.2f}s without a renewal"
+    assert _seqs(coordinator.delivered) == [1, 2, 3, 4]
