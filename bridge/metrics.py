@@ -23,6 +23,7 @@ HOLES_SETTLED: Final = "outbox_holes_settled_total"
 LATE_EVENTS: Final = "outbox_late_events_total"
 POISON_EVENTS: Final = "outbox_poison_events_total"
 PRODUCER_REBUILDS: Final = "outbox_producer_rebuilds_total"
+TRANSACTIONS: Final = "outbox_transactions_total"
 IN_FLIGHT_EVENTS: Final = "outbox_in_flight_events"
 IN_FLIGHT_BYTES: Final = "outbox_in_flight_bytes"
 WATERMARK_SEQ: Final = "outbox_watermark_seq"
@@ -52,6 +53,7 @@ METRIC_NAMES: Final = (
     LATE_EVENTS,
     POISON_EVENTS,
     PRODUCER_REBUILDS,
+    TRANSACTIONS,
     IN_FLIGHT_EVENTS,
     IN_FLIGHT_BYTES,
     WATERMARK_SEQ,
@@ -211,6 +213,13 @@ class BridgeMetrics:
         self.producer_rebuilds = Counter(
             PRODUCER_REBUILDS,
             "Producers discarded after a fatal error, each followed by a rewind.",
+            registry=r,
+        )
+        self.transactions = Counter(
+            TRANSACTIONS,
+            "Exactly-once delivery's Kafka transactions ended, by outcome: committed, or aborted (its events are "
+            "sent again, or were a fenced leader's).",
+            ["outcome"],
             registry=r,
         )
         self.in_flight_events = Gauge(

@@ -30,7 +30,7 @@ from bridge.kafka.progress import ProgressTopic, committed_progress, trusted
 from bridge.kafka.publisher import DeliveryCallback, KafkaPublisher, Publisher
 from bridge.kafka.topics import TopicChecker, TopicGuard
 from bridge.kafka.transaction_policy import TransactionPolicy
-from bridge.kafka.transactional import TransactionalPublisher
+from bridge.kafka.transactional import ABORTED, COMMITTED, TransactionalPublisher
 from bridge.metrics import BridgeMetrics
 from bridge.schemas.values import SchemaValues
 from bridge.store.engine import make_engine, make_reader
@@ -79,7 +79,12 @@ def build_daemon(
     client_conf = config.kafka.client_conf()
     transactions = config.transactions
     if transactions is not None and publisher_factory is None:
-        make_publisher = partial(TransactionalPublisher, policy=transactions)
+        metrics = metrics or BridgeMetrics()
+        ended = metrics.transactions
+        for outcome in (COMMITTED, ABORTED):
+            ended.labels(outcome=outcome)  # both series from the start, at 0
+        make_publisher = partial(TransactionalPublisher, policy=transactions,
+                                 on_transaction=lambda outcome: ended.labels(outcome=outcome).inc())
         committed = committed or _committed_in_kafka(client_conf, config, transactions, engine)
     elif publisher_factory is None:
         traced = _traced_publisher(config, tracer_provider, str(conf.get("client.id", "")))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Final, Protocol, runtime_checkable
 
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -41,6 +42,15 @@ class ProgressMarking(Protocol):
     def mark_progress(self, seq: int) -> bool: ...
 
 
+#: The outcomes a transaction is reported with (`on_transaction`, the metric outbox_transactions_total).
+COMMITTED: Final = "committed"
+ABORTED: Final = "aborted"
+
+
+def _ignore(_outcome: str) -> None:
+    pass
+
+
 def is_fenced(failure: DeliveryFailure | None) -> bool:
     """Whether a producer failed because a newer one with its transactional.id fenced it (a new leader)."""
     return failure is not None and failure.code in FENCED_CODES
@@ -54,7 +64,8 @@ def aborted(why: str) -> KafkaError:
 class TransactionalPublisher(KafkaPublisher):
     """One transactional producer; like `KafkaPublisher`, build a new one after `failure` is set."""
 
-    def __init__(self, settings: dict[str, Any], on_delivery: DeliveryCallback, policy: TransactionPolicy) -> None:
+    def __init__(self, settings: dict[str, Any], on_delivery: DeliveryCallback, policy: TransactionPolicy,
+                 on_transaction: Callable[[str], None] = _ignore) -> None:
         transactional = {
             **settings,
             "transactional.id": policy.transactional_id,
@@ -64,6 +75,7 @@ class TransactionalPublisher(KafkaPublisher):
         }
         super().__init__(transactional, on_delivery)
         self._policy = policy
+        self._on_transaction = on_transaction  # told COMMITTED or ABORTED as each transaction ends
         self._held: list[tuple[int, int]] = []  # (seq, generation) acknowledged in the open transaction
         self._began: float | None = None  # when the open transaction began; None while none is open
         self._events = 0
@@ -134,6 +146,7 @@ class TransactionalPublisher(KafkaPublisher):
         held, self._held = self._held, []
         self._began = None
         self._events = 0
+        self._on_transaction(COMMITTED)
         for seq, generation in held:
             self._on_delivery(seq, generation, None)
         return len(held)
@@ -143,6 +156,7 @@ class TransactionalPublisher(KafkaPublisher):
         if self._began is not None:
             self._began = None
             self._events = 0
+            self._on_transaction(ABORTED)
             if not is_fenced(self.failure):  # a fenced producer cannot abort, and need not: its successor did
                 try:
                     self._producer.abort_transaction(max(timeout, 0.001))
@@ -185,12 +199,14 @@ class TransactionalPublisher(KafkaPublisher):
         except KafkaException as exc:
             self._failed(exc, "commit_transaction (progress mark)")
         if self.failure is not None:
+            self._on_transaction(ABORTED)
             if not is_fenced(self.failure):
                 try:
                     self._producer.abort_transaction(timeout)
                 except KafkaException as exc:
                     self._failed(exc, "abort_transaction")
             return False
+        self._on_transaction(COMMITTED)
         return True
 
     # --------------------------------------------------------------------------- the Publisher calls

@@ -57,3 +57,17 @@ def test_a_committed_callable_given_in_exactly_once_is_the_one_the_terms_ask(tmp
     daemon = build_daemon(config, topic_guard=AcceptingTopicGuard(), engine=make_engine(url), committed=asked,
                           publisher_factory=lambda _settings, _on_delivery: None)  # type: ignore[arg-type,return-value]
     assert daemon._parts.committed is asked
+
+
+def test_exactly_once_transactions_are_counted_on_the_daemons_metrics_by_outcome(tmp_path: Path) -> None:
+    daemon = _daemon(tmp_path, delivery="exactly-once", bridge_name="orders")
+    registry = daemon.metrics.registry
+
+    def ended(outcome: str) -> float | None:
+        return registry.get_sample_value("outbox_transactions_total", {"outcome": outcome})
+
+    assert (ended("committed"), ended("aborted")) == (0.0, 0.0), "both series from the start"
+    publisher = daemon._parts.new_publisher(lambda *_: None)
+    assert publisher.mark_progress(3)
+    publisher.close(0)
+    assert (ended("committed"), ended("aborted")) == (1.0, 0.0)

@@ -5,6 +5,7 @@ again without a duplicate reaching a `read_committed` consumer."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -309,6 +310,6 @@ def test_a_run_of_slow_failed_init_transactions_never_lets_the_lease_lapse() -> 
                           committed=coordinator.committed)
     assert _run_until(daemon, outbox, lambda: store.watermark == 4) == EXIT_OK
     assert len(made) == 5
-    gaps = [later - earlier for earlier, later in zip(renewed, renewed[1:])]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(renewed)]
     assert max(gaps) < config.lease_timeout_s, f"the lease went {max(gaps):.2f}s without a renewal"
     assert _seqs(coordinator.delivered) == [1, 2, 3, 4]

@@ -15,7 +15,7 @@ from bridge.config import load_config
 from bridge.core.records import KafkaRecord
 from bridge.kafka.publisher import DeliveryFailure
 from bridge.kafka.transaction_policy import TransactionPolicy
-from bridge.kafka.transactional import TransactionalPublisher, aborted, is_fenced
+from bridge.kafka.transactional import ABORTED, COMMITTED, TransactionalPublisher, aborted, is_fenced
 
 pytestmark = pytest.mark.unit
 
@@ -164,3 +164,16 @@ def test_a_progress_mark_is_a_transaction_of_its_own_and_sending_goes_on_after_i
     assert publisher.flush(10) == 0
     assert sorted(reports.seen, key=lambda report: report[0]) == [(5, 1, None), (6, 1, None)]
     publisher.close()
+
+
+def test_each_transaction_is_told_once_as_committed_or_aborted() -> None:
+    outcomes: list[str] = []
+    publisher = TransactionalPublisher(_settings(), Reports(), _policy(), on_transaction=outcomes.append)
+    assert publisher.mark_progress(2)
+    for seq in (3, 4):
+        publisher.send(_record(seq), 0)
+    assert publisher.flush(10) == 0
+    publisher.send(_record(5), 0)
+    _poll_for(publisher, 0.3)
+    publisher.close(0)  # the lease lost: the open transaction is aborted
+    assert outcomes == [COMMITTED, COMMITTED, ABORTED]
