@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -224,7 +225,11 @@ class KafkaPublisher:
         # Every message is reported now, so no delivery callback holds this publisher; close() flushes
         # (nothing is left), then destroys the librdkafka instance, its connections and its threads.
         try:
-            producer.close()
+            with warnings.catch_warnings():
+                # A transactional producer aborts its open transaction here, and warns on stderr when it cannot
+                # (its init_transactions still under way, or fenced): the broker ends that transaction anyway.
+                warnings.simplefilter("ignore", RuntimeWarning)
+                producer.close()
         except KafkaException as exc:  # a fatal error not yet served; the producer is destroyed all the same
             self._note_fatal(exc)
 
