@@ -63,7 +63,7 @@ def build_daemon(
     engine: Engine | None = None,
     reader_factory: Callable[[Engine], OutboxReader] = make_reader,
     tracer_provider: Any = None,
-    committed: Callable[[], int | None] | None = None,
+    committed: Callable[[int], int | None] | None = None,
 ) -> BridgeDaemon:
     """The daemon for `config`, with real collaborators unless others are given. `tracer_provider` (an OpenTelemetry
     SDK `TracerProvider`) turns the publish spans on with it instead of one made from the `OTEL_*` variables. In
@@ -180,19 +180,22 @@ def registry_catalog(config: BridgeConfig) -> RegistryCatalog | None:
 
 
 def _committed_in_kafka(client_conf: dict[str, Any], config: BridgeConfig, transactions: TransactionPolicy,
-                        engine: Engine) -> Callable[[], int | None]:
+                        engine: Engine) -> Callable[[int], int | None]:
     """The last seq Kafka committed for this bridge, from its progress topic (created, or checked, the first time),
-    if this outbox holds the event it names there (`trusted`)."""
+    when it is above the watermark given and this outbox holds the event it names there (`trusted`). At or below
+    the watermark it is not asked about: retention may have deleted that event."""
     topics = config.topics
     progress = ProgressTopic(client_conf, topics.policy(), transactions.progress_topic, topics.allow_create)
     ensured: list[bool] = []
 
-    def committed() -> int | None:
+    def committed(watermark: int) -> int | None:
         if not ensured:
             progress.ensure()
             ensured.append(True)
         found = committed_progress(client_conf, transactions.progress_topic, transactions.progress_key,
                                    timeout=transactions.init_timeout_s)
+        if found is None or found.seq <= watermark:
+            return None
         return trusted(found, lambda seq: event_id_at(engine, seq))
 
     return committed

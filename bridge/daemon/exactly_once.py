@@ -19,10 +19,11 @@ from bridge.kafka.transactional import ProgressMarking
 log = logging.getLogger("bridge.daemon")
 
 
-def committed_ahead(committed: Callable[[], int | None], watermark: int) -> int | None:
+def committed_ahead(committed: Callable[[int], int | None], watermark: int) -> int | None:
     """The last seq Kafka committed when it is ahead of `watermark` (a crash after a commit, before the persist);
-    None otherwise. `committed` raises KafkaException when Kafka does not answer."""
-    seq = committed()
+    None otherwise. `committed(watermark)` says it when above the watermark, and raises KafkaException when Kafka
+    does not answer."""
+    seq = committed(watermark)
     if seq is None or seq <= watermark:
         return None
     log.info("resuming after the last seq Kafka committed, above the watermark",

@@ -100,7 +100,7 @@ class BridgeDaemon:
         kafka_conf: Mapping[str, Any] = MappingProxyType({}),
         outbox: str = "",
         values: SchemaValues | None = None,
-        committed: Callable[[], int | None] | None = None,
+        committed: Callable[[int], int | None] | None = None,
     ) -> None:
         if (retention is None) != (retention_pass is None):
             raise ValueError("retention and retention_pass go together")

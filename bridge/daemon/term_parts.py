@@ -44,4 +44,4 @@ class TermParts:
     kafka_conf: Mapping[str, Any]
     #: Exactly-once delivery: the last seq Kafka committed for this bridge (None: nothing yet), asked after each
     #: new producer fenced its predecessors. None in at-least-once delivery.
-    committed: Callable[[], int | None] | None = None
+    committed: Callable[[int], int | None] | None = None

@@ -127,7 +127,7 @@ class InMemoryCoordinator:
         self.progress: int | None = None
         self.commits = 0
 
-    def committed(self) -> int | None:
+    def committed(self, _watermark: int = 0) -> int | None:
         """The last seq committed, as the term asks for it (`TermParts.committed`)."""
         return self.progress
 

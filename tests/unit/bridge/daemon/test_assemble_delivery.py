@@ -53,7 +53,7 @@ def test_a_committed_callable_given_in_exactly_once_is_the_one_the_terms_ask(tmp
     url = f"sqlite:///{tmp_path / 'outbox.db'}"
     config = load_config(flags={"db_url": url, "allow_single_broker": True, "replication_factor": 1,
                                 "metrics_port": 0, "delivery": "exactly-once"}, env={})
-    asked = lambda: 41  # noqa: E731
+    asked = lambda _watermark: 41  # noqa: E731
     daemon = build_daemon(config, topic_guard=AcceptingTopicGuard(), engine=make_engine(url), committed=asked,
                           publisher_factory=lambda _settings, _on_delivery: None)  # type: ignore[arg-type,return-value]
     assert daemon._parts.committed is asked
