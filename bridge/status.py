@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError
 from bridge.config import BridgeConfig, DatabaseSection, TopicSection
 from bridge.exits import EXIT_OK, EXIT_UNSAFE
 from bridge.kafka.access import check_connection
+from bridge.kafka.progress import ProgressTopic
 from bridge.kafka.topic_history import describe_bytes, describe_ms
 from bridge.kafka.topics import TopicGuard, TopicReport
 from bridge.store import dead_letters, instances
@@ -94,7 +95,8 @@ def render_status(status: dict[str, Any]) -> None:
 
 
 def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topics: list[str]) -> int:
-    """Check (or ensure) every topic the bridge writes: one per aggregate type in the outbox, plus the DLQ.
+    """Check (or ensure) every topic the bridge writes: one per aggregate type in the outbox, plus the DLQ, and in
+    exactly-once delivery its progress topic (compacted, one partition: `bridge.kafka.progress`).
 
     `ensure` creates a missing topic (when allowed), fixes what is unsafe and lengthens a retention shorter than
     BRIDGE_TOPIC_RETENTION; it never shortens one. A finite history is a warning: exit 0, unless a topic is
@@ -113,6 +115,11 @@ def topics_command(config: BridgeConfig, action: str, as_json: bool, extra_topic
                 guard.fix(report)
                 report = guard.settle(topic)
         reports.append(report)
+    transactions = config.transactions
+    if transactions is not None:
+        progress = ProgressTopic(config.kafka.client_conf(), config.topics.policy(), transactions.progress_topic,
+                                 config.allow_create_topics)
+        reports.append(progress.inspect(create=action == "ensure"))
     unsafe = [r for r in reports if not r.safe]
     if as_json:
         print(json.dumps([asdict(r) | {"problems": [str(p) for p in r.problems], "safe": r.safe} for r in reports],

@@ -144,21 +144,27 @@ class ProgressTopic:
     def ensure(self) -> TopicReport:
         """Check the topic, creating it if missing and allowed; raise TopicSafetyError if it is unsafe or not
         compacted."""
+        report = self.inspect(create=True)
+        if not report.exists and not self._allow_create:
+            raise TopicSafetyError(
+                f"the progress topic {self._topic} does not exist and BRIDGE_ALLOW_CREATE_TOPICS is false; "
+                "create it with one partition, cleanup.policy=compact and the replication of the event topics")
+        if report.problems:
+            raise TopicSafetyError("; ".join(map(str, report.problems)))
+        return report
+
+    def inspect(self, create: bool) -> TopicReport:
+        """The topic's report, not compacted counting as a problem; created first when missing, `create` and
+        allowed (`outbox-bridge topics check` and `ensure`)."""
         guard = TopicGuard(self._conf, self._policy)
         report = guard.check(self._topic)
-        if not report.exists:
-            if not self._allow_create:
-                raise TopicSafetyError(
-                    f"the progress topic {self._topic} does not exist and BRIDGE_ALLOW_CREATE_TOPICS is false; "
-                    "create it with one partition, cleanup.policy=compact and the replication of the event topics")
+        if not report.exists and create and self._allow_create:
             self._create(guard)
             report = guard.settle(self._topic)
         if report.cleanup_policy is not None and "compact" not in report.cleanup_policy:
             report.problems.append(TopicProblem(
                 f"the progress topic {self._topic} has cleanup.policy={report.cleanup_policy}: it would lose the "
                 "last committed seq when its retention runs out", "set cleanup.policy=compact"))
-        if report.problems:
-            raise TopicSafetyError("; ".join(map(str, report.problems)))
         return report
 
     def _create(self, guard: TopicGuard) -> None:

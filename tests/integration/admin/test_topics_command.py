@@ -42,3 +42,37 @@ def test_topics_check_names_unsafe_settings_and_ensure_fixes_them(capsys, sqlite
     capsys.readouterr()
     dlq = next(r["topic"] for r in reports.values() if r["topic"].startswith("outbox.dlq."))
     admin.delete_topics([unsafe, missing, dlq])
+
+
+def test_in_exactly_once_topics_checks_and_ensures_the_progress_topic_compacted(
+    capsys, monkeypatch, sqlite_url, kafka_bootstrap
+) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    upgrade(sqlite_url)
+    insert_events(sqlite_url, 3, aggregate_type="order")
+    name = f"progress{abs(hash(sqlite_url)) % 10**8}"
+    settings = {"DELIVERY": "exactly-once", "ALLOW_SINGLE_BROKER": "true", "REPLICATION_FACTOR": "1"}
+    for setting, value in settings.items():
+        monkeypatch.setenv(f"BRIDGE_{setting}", value)
+    args = ["--db-url", sqlite_url, "--bootstrap-servers", kafka_bootstrap, "--topic-template",
+            f"{name}.{{aggregate_type}}", "--bridge-name", name, "--json"]
+    progress = f"outbox.progress.{name}"
+
+    assert main(["topics", "check", *args]) == 4
+    reports = {r["topic"]: r for r in json.loads(capsys.readouterr().out)}
+    assert not reports[progress]["exists"], "the progress topic is checked with the others"
+
+    assert main(["topics", "ensure", *args]) == 0
+    reports = {r["topic"]: r for r in json.loads(capsys.readouterr().out)}
+    assert reports[progress]["safe"] and reports[progress]["partitions"] == 1
+    assert "compact" in reports[progress]["cleanup_policy"]
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    deleting = ConfigResource("topic", progress, incremental_configs=[
+        ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SET)])
+    next(iter(admin.incremental_alter_configs([deleting]).values())).result(30)
+    assert main(["topics", "check", *args]) == 4
+    reports = {r["topic"]: r for r in json.loads(capsys.readouterr().out)}
+    assert "cleanup.policy=delete" in " ".join(reports[progress]["problems"])
+    assert "set cleanup.policy=compact" in " ".join(reports[progress]["problems"])
