@@ -4,7 +4,8 @@ key), a payload that is not JSON, and an aggregate type that gives an illegal to
 Policy `halt` (a real `outbox-bridge run`, SQLite outbox): exit code 3, the log and the persisted
 status name the seq, and the watermark stops just before it, with everything before it published.
 Policy `dead-letter` (PostgreSQL outbox): each goes to the DLQ topic with the error in its headers,
-and the bridge goes on publishing what follows."""
+and the bridge goes on publishing what follows. The dead-letter policy and a refusal by the broker, in both
+deliveries: in exactly-once the dead letters and the events are read `read_committed`, each once."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ SMALL_TOPIC_LIMIT = 2000
 BIG_PAYLOAD = '{"blob": "' + "x" * 5000 + '"}'
 
 # kind: (aggregate_type, aggregate_id, payload, what the reason says)
+DELIVERIES = ("at-least-once", "exactly-once")
+
 POISON = {
     "oversize": ("big", "a-1", BIG_PAYLOAD, f"over the {SMALL_TOPIC_LIMIT}-byte limit"),
     "empty_key": ("big", "", '{"ok": true}', "aggregate_id is empty"),
@@ -86,11 +89,12 @@ def test_halt_exits_3_naming_the_seq_with_the_watermark_just_before_it(
     assert sorted(record_seq(m) for m in read_topic(kafka_bootstrap, topic)) == list(range(1, poison_seq))
 
 
+@pytest.mark.parametrize("delivery", DELIVERIES)
 def test_dead_letter_routes_each_kind_with_the_error_in_headers_and_goes_on(
-    postgres_url, kafka_bootstrap, topic_factory
+    delivery, postgres_url, kafka_bootstrap, topic_factory
 ) -> None:
     upgrade(postgres_url)
-    config = bridge_config(postgres_url, kafka_bootstrap, poison_policy="dead-letter")
+    config = bridge_config(postgres_url, kafka_bootstrap, poison_policy="dead-letter", delivery=delivery)
     topic = config.topic_for("big")
     topic_factory(name=topic, partitions=3, config={"max.message.bytes": str(SMALL_TOPIC_LIMIT)})
     rows: list[tuple[str, str, str]] = []
@@ -111,8 +115,9 @@ def test_dead_letter_routes_each_kind_with_the_error_in_headers_and_goes_on(
     finally:
         assert bridge.stop() == 0
 
-    dead = {record_seq(m): m for m in read_topic(kafka_bootstrap, config.dlq_topic_name)}
-    assert set(dead) == set(poison_seqs)
+    dead_letters = read_topic(kafka_bootstrap, config.dlq_topic_name)
+    dead = {record_seq(m): m for m in dead_letters}
+    assert sorted(dead) == sorted(record_seq(m) for m in dead_letters) == sorted(poison_seqs), "each once"
     for seq, kind in poison_seqs.items():
         headers = dict(dead[seq].headers())
         reason = POISON[kind][3]
@@ -124,19 +129,21 @@ def test_dead_letter_routes_each_kind_with_the_error_in_headers_and_goes_on(
     assert published == [seq for seq in range(1, len(rows) + 6) if seq not in poison_seqs]
 
 
+@pytest.mark.parametrize("delivery", DELIVERIES)
 def test_a_record_the_broker_refuses_after_the_topic_check_halts_instead_of_retrying_forever(
-    sqlite_url, kafka_bootstrap, topic_factory
+    delivery, sqlite_url, kafka_bootstrap, topic_factory
 ) -> None:
     """The topic's limit is lowered after the bridge checked it: the broker refuses the record
     (MSG_SIZE_TOO_LARGE) together with the small events batched with it. The bridge sends each of them
     again alone (or, having checked the topic again, knows the big one is over the limit), and halts on
     it rather than re-sending it forever. The payload is
-    random, so compression cannot bring the batch under the broker's limit."""
+    random, so compression cannot bring the batch under the broker's limit. In exactly-once the refusal fails
+    the whole transaction: the small events are sent again in a new one, and read_committed once each."""
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 
     upgrade(sqlite_url)
-    config = bridge_config(sqlite_url, kafka_bootstrap)
+    config = bridge_config(sqlite_url, kafka_bootstrap, delivery=delivery)
     topic = config.topic_for("big")
     topic_factory(name=topic, partitions=3)
     _insert(sqlite_url, _good(5))
@@ -162,4 +169,7 @@ def test_a_record_the_broker_refuses_after_the_topic_check_halts_instead_of_retr
     assert f"over the {SMALL_TOPIC_LIMIT}-byte limit" in daemon.halted.reason
     assert read_offsets(sqlite_url, config.bridge_name).watermark == 7, "the small events refused with it went out"
     published = sorted(record_seq(m) for m in read_topic(kafka_bootstrap, topic))
-    assert set(published) == set(range(1, 8))
+    if delivery == "exactly-once":
+        assert published == list(range(1, 8)), "each committed once"
+    else:
+        assert set(published) == set(range(1, 8))
