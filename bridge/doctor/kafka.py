@@ -16,6 +16,7 @@ from bridge.doctor.database import DatabaseChecks
 from bridge.kafka.acl_check import AclFinding, bridge_acl_findings
 from bridge.kafka.reachability import quiet_client_settings
 from bridge.kafka.topics import TopicGuard
+from bridge.kafka.transactional_acl import transactional_id_finding
 from bridge.schema import domain_events
 
 
@@ -112,6 +113,10 @@ class KafkaChecks:
         findings = bridge_acl_findings(self._admin_client(), self.checked_topics,
                                        may_create=self.config.allow_create_topics, timeout=self.timeout_s,
                                        principal=None if user is None else str(user))
+        transactions = self.config.transactions
+        if transactions is not None:  # exactly-once delivery: its transactional.id too
+            findings.append(transactional_id_finding(self._admin_client(), transactions.transactional_id,
+                                                     None if user is None else str(user), self.timeout_s))
         return [_acl_check(finding) for finding in findings]
 
 
