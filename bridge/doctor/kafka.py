@@ -7,6 +7,8 @@ The topics come from the aggregate types in the outbox, so they are known only o
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from confluent_kafka.admin import AdminClient
 from sqlalchemy import select
 
@@ -16,8 +18,9 @@ from bridge.doctor.database import DatabaseChecks
 from bridge.kafka.acl_check import AclFinding, bridge_acl_findings
 from bridge.kafka.reachability import quiet_client_settings
 from bridge.kafka.topics import TopicGuard
-from bridge.kafka.transactional_acl import transactional_id_finding
+from bridge.kafka.transactional_acl import probed_finding, transactional_id_finding
 from bridge.schema import domain_events
+from bridge.store.offsets import OffsetStore
 
 
 class KafkaChecks:
@@ -115,9 +118,23 @@ class KafkaChecks:
                                        principal=None if user is None else str(user))
         transactions = self.config.transactions
         if transactions is not None:  # exactly-once delivery: its transactional.id too
-            findings.append(transactional_id_finding(self._admin_client(), transactions.transactional_id,
-                                                     None if user is None else str(user), self.timeout_s))
+            principal = None if user is None else str(user)
+            tid = transactions.transactional_id
+
+            def probe() -> AclFinding:
+                # Asking for the id's producer fences the leader's: only when none leads.
+                return probed_finding(self.config.kafka.client_conf(), tid, principal, self.timeout_s)
+
+            findings.append(transactional_id_finding(self._admin_client(), tid, principal, self.timeout_s,
+                                                     probe=None if self._someone_leads() else probe))
         return [_acl_check(finding) for finding in findings]
+
+    def _someone_leads(self) -> bool:
+        """Whether an instance of this bridge name holds the lease (unknown, when the outbox cannot be read: yes)."""
+        if not self.database.migrated:
+            return True
+        row = OffsetStore(self.database.outbox.engine(), self.config.bridge_name).read()
+        return bool(row and row.owner and row.lease_expires_at and row.lease_expires_at > datetime.now(UTC))
 
 
 def _acl_check(finding: AclFinding) -> Check:

@@ -2,11 +2,15 @@
 bridge name in this mode (its topics, Write and Describe on its transactional.id, its progress topic with Read),
 the bridge publishes and a read_committed consumer sees every event once; so does the local secured stack's bridge
 user (its grants by prefix) under any bridge name; without the transactional.id's ACLs the bridge stops at once
-with exit 9 and one error naming the transactional.id and the `kafka-acls` line that grants it."""
+with exit 9 and one error naming the transactional.id and the `kafka-acls` line that grants it; and the doctor
+names that grant when it is missing."""
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -102,3 +106,28 @@ def test_without_the_transactional_id_acls_the_bridge_stops_with_exit_9_naming_t
         in error, error
     assert log.count("rebuilding the producer") == 0, "stopped at the first refusal, no rebuild loop"
     assert time.monotonic() - started < 40
+
+
+def test_doctor_names_missing_transactional_id_acls_and_passes_once_they_are_granted(
+        kafka_secure: SecureKafka, sqlite_url: str) -> None:
+    """The bridge's principal may not list ACLs (least privilege), and no instance leads: the doctor asks the broker
+    for the transactional.id's producer as a new leader would, and names the grant it lacks."""
+    user, name, topic, progress = _setup(kafka_secure, sqlite_url, transactional_acls=False)
+    env = _env(sqlite_url, kafka_secure, user, name)
+    tid = transactional_id(name)
+
+    def transactional_checks() -> tuple[int, list[dict[str, str]]]:
+        result = subprocess.run([str(Path(sys.executable).with_name("outbox-bridge")), "doctor", "--json"], env=env,
+                                capture_output=True, text=True, timeout=120, check=False)
+        checks = json.loads(result.stdout)["checks"]
+        return result.returncode, [c for c in checks if c["name"] == "acls" and tid in c["summary"]]
+
+    code, [check] = transactional_checks()
+    assert code == 1 and check["verdict"] == "failed", check
+    assert f"--allow-principal User:{user.name} --operation Write --operation Describe --transactional-id {tid}" \
+        in (check["fix"] or "")
+    kafka_secure.grant([b for b in bridge_bindings(user.principal, topic_prefix=topic, dlq_topic=f"outbox.dlq.{name}",
+                                                   transactional_id=tid, progress_topic=progress)
+                        if b.restype == ResourceType.TRANSACTIONAL_ID])
+    code, [check] = transactional_checks()
+    assert check["verdict"] == "ok" and "Write allowed" in check["summary"], check

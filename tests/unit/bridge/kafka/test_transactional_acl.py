@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -9,7 +10,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin._acl import AclBinding, AclOperation, AclPermissionType
 from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 
-from bridge.kafka.transactional_acl import transactional_id_finding
+from bridge.kafka.acl_check import AclFinding
+from bridge.kafka.transactional_acl import probed_finding, transactional_id_finding
 
 pytestmark = pytest.mark.unit
 
@@ -27,11 +29,15 @@ class _Answer:
 
 
 class _Admin:
-    def __init__(self, answer: Any) -> None:
+    def __init__(self, answer: Any, cluster_operations: list[AclOperation] | None = None) -> None:
         self.answer = answer
+        self.cluster_operations = [AclOperation.DESCRIBE] if cluster_operations is None else cluster_operations
 
     def describe_acls(self, _filter: Any, request_timeout: float) -> _Answer:
         return _Answer(self.answer)
+
+    def describe_cluster(self, include_authorized_operations: bool, request_timeout: float) -> _Answer:
+        return _Answer(SimpleNamespace(authorized_operations=self.cluster_operations or None))
 
 
 def _acl(name: str, op: AclOperation, principal: str = "User:bridge", pattern: ResourcePatternType =
@@ -75,3 +81,25 @@ def test_a_principal_that_may_not_list_acls_gets_a_warning_naming_the_check_by_h
 
 def test_a_cluster_without_an_authorizer_passes() -> None:
     assert _finding(KafkaException(KafkaError(KafkaError.SECURITY_DISABLED)))[0] == "ok"
+
+
+def test_a_principal_that_may_not_list_acls_is_answered_by_the_probe_when_one_may_be_made() -> None:
+    refused = KafkaException(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED))
+    probed = AclFinding("failed", "refused by the probe", None)
+    assert transactional_id_finding(_Admin(refused), TID, "bridge", 5.0,  # type: ignore[arg-type]
+                                    probe=lambda: probed) is probed
+
+
+def test_the_probe_of_a_cluster_that_grants_the_id_passes() -> None:
+    # librdkafka's mock cluster runs no authorizer: InitProducerId is granted.
+    found = probed_finding({"test.mock.num.brokers": 1, "log_level": 3}, TID, "bridge", 10.0)
+    assert found.verdict == "ok" and "Write allowed" in found.summary
+
+
+def test_a_principal_answered_with_no_acls_because_it_may_not_list_them_is_not_told_it_lacks_the_grant() -> None:
+    # Kafka answers DescribeAcls from a principal without Describe on the cluster with an empty list.
+    found = transactional_id_finding(_Admin([], cluster_operations=[]), TID, "bridge", 5.0)  # type: ignore[arg-type]
+    assert found.verdict == "warning" and "not checked" in found.summary
+    probed = AclFinding("ok", "granted, by the probe", None)
+    assert transactional_id_finding(_Admin([], cluster_operations=[]), TID, "bridge", 5.0,  # type: ignore[arg-type]
+                                    probe=lambda: probed) is probed
