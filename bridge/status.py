@@ -47,6 +47,7 @@ def collect_status(database: DatabaseSection) -> dict[str, Any]:
             "in_flight": reported.get("in_flight", 0) if lease_active else 0,
             "active_instance": row.owner if lease_active and row else None,
             "leading_since": reported.get("leading_since") if lease_active else None,
+            "delivery": reported.get("delivery") if lease_active else None,
             "epoch": row.epoch if row else 0,
             "lease_expires_at": row.lease_expires_at.isoformat() if row and row.lease_expires_at else None,
             "heartbeat_at": row.heartbeat_at.isoformat() if row and row.heartbeat_at else None,

@@ -115,7 +115,8 @@ class BridgeDaemon:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._tally = Tally(self.metrics)
-        persisting = Persisting(self.leadership, offsets, self.metrics, self._tally, self.instance_id)
+        persisting = Persisting(self.leadership, offsets, self.metrics, self._tally, self.instance_id,
+                                delivery="at-least-once" if committed is None else "exactly-once")
         refusals = Refusals()
         self._parts = TermParts(
             settings=settings, instance_id=self.instance_id, leadership=self.leadership, offsets=offsets,

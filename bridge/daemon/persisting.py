@@ -35,12 +35,13 @@ class Persisting:
     """The persists of one instance, and the dead letters sent and not yet on record."""
 
     def __init__(self, leadership: Leadership, offsets: LeaseStore, metrics: BridgeMetrics, tally: Tally,
-                 instance_id: str) -> None:
+                 instance_id: str, delivery: str = "at-least-once") -> None:
         self._leadership = leadership
         self._offsets = offsets
         self._metrics = metrics
         self._tally = tally
         self._instance_id = instance_id
+        self._delivery = delivery  # BRIDGE_DELIVERY, as the leader runs it
         self._dead_letters: list[DeadLetter] = []
 
     def dead_letter_sent(self, letter: DeadLetter) -> None:
@@ -65,7 +66,8 @@ class Persisting:
     def status(self, tracker: AckTracker, reader: OutboxReader) -> dict[str, Any]:
         since = self._leadership.since
         tally = self._tally
-        return report(tracker, reader, self._metrics, instance=self._instance_id, holes_settled=tally.holes_settled,
+        return report(tracker, reader, self._metrics, instance=self._instance_id, delivery=self._delivery,
+                      holes_settled=tally.holes_settled,
                       rewinds_applied=tally.rewinds_applied, last_error=tally.last_error,
                       leading_since=since.isoformat(timespec="seconds") if since else None)
 

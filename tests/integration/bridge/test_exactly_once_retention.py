@@ -21,6 +21,7 @@ from sqlalchemy import func, insert, select
 from bridge.config import BridgeConfig
 from bridge.migrate import upgrade
 from bridge.schema import domain_events
+from bridge.status import collect_status
 from bridge.store.engine import make_engine
 from bridge.store.offsets import OffsetStore
 from tests.support import (
@@ -83,6 +84,7 @@ def test_two_exactly_once_names_with_retention_publish_every_event_once_and_resu
         passes = bridge_a.daemon.retention_passes
         wait_until(lambda: bridge_a.daemon.retention_passes >= passes + 2, 30, "two more retention passes")
         assert _rows(url) == OLD, "B has published none of them: A's retention keeps them all"
+        assert collect_status(a.database)["delivery"] == "exactly-once", "status says how the leader delivers"
     finally:
         assert bridge_a.stop() == 0
     _published_by(b, url, OLD)

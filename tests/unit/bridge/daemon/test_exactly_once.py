@@ -84,6 +84,7 @@ def test_every_event_is_committed_once_and_the_watermark_never_passes_what_kafka
     assert _seqs(coordinator.delivered) == list(range(1, 21))
     assert coordinator.progress == 20 and coordinator.commits >= 20 // CONFIG.transaction_max_events
     assert store.written and all(watermark <= committed for watermark, committed in store.written), store.written
+    assert store.status["delivery"] == "exactly-once", "`outbox-bridge status` says which delivery the leader runs"
 
 
 def test_a_restart_resumes_after_what_kafka_committed_not_after_an_older_watermark(
