@@ -15,7 +15,8 @@ Debezium's phases first (its worker is then stopped), the bridge's after. Per re
 - restart: the relay stopped (SIGTERM), N rows written, the relay started again (a new JVM for Debezium):
   the first N events after the restart, and the time from the start to the first record.
 
-Order, rollbacks and crashes are B8-rows (bench/b8_rows.py), run for both relays right after.
+The bridge runs its phases twice: with its defaults, and in exactly-once delivery (counted as a read_committed
+consumer sees it). Order, rollbacks and crashes are B8-rows (bench/b8_rows.py), run for every relay right after.
 
 A phase's rate is records acknowledged per second between the first sample that sees a new record and the
 sample that sees all N (topic high watermarks, every 0.1 s), as in B1.
@@ -28,7 +29,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -274,24 +275,30 @@ def wait_slot_active(url: str, slot: str, timeout: float = 120) -> None:
         time.sleep(0.2)
 
 
-def run_bridge(ctx: Context, events: int) -> dict[str, Any]:
-    url = ctx.scratch.database("b8_bridge")
-    topic = ctx.scratch.create_topic(KAFKA1, f"b8-bridge.{AGGREGATE_TYPE}", PARTITIONS, 1)
-    env = bridge_env(url, KAFKA1, "bench-b8", ctx.scratch.topic("b8-bridge.{aggregate_type}"), 1)
-    watch = TopicWatch(KAFKA1, topic)
+def run_bridge(ctx: Context, events: int, label: str = "bridge",
+               settings: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The bridge's phases with `settings` (BRIDGE_* variables). Exactly-once is counted as a read_committed
+    consumer sees it: the last stable offsets, each transaction's marker taking an offset per partition (as in
+    B1-delivery)."""
+    url = ctx.scratch.database(f"b8_{label}")
+    topic = ctx.scratch.create_topic(KAFKA1, f"b8-{label}.{AGGREGATE_TYPE}", PARTITIONS, 1)
+    env = bridge_env(url, KAFKA1, f"bench-b8-{label}", ctx.scratch.topic(f"b8-{label}.{{aggregate_type}}"), 1,
+                     **(settings or {}))
+    watch = TopicWatch(KAFKA1, topic, committed=bool(settings and settings.get("BRIDGE_DELIVERY") == "exactly-once"))
     timeout = max(600, events / 200)
-    result: dict[str, Any] = {"settings": "defaults (bridge/config/settings.py), 1-broker overrides as in B1"}
+    result: dict[str, Any] = {"settings": "defaults (bridge/config/settings.py), 1-broker overrides as in B1"
+                                          + "".join(f", {k}={v}" for k, v in (settings or {}).items())}
     queries = partial(bridge_backends, url)
     bridge: BridgeProcess | None = None
     written = 0
     try:
         _load(url, written, events)
         written += events
-        bridge = BridgeProcess(env, ctx.raw("logs/bridge-b8.log")).start()
+        bridge = BridgeProcess(env, ctx.raw(f"logs/{label}-b8.log")).start()
         current = bridge
         result["backlog"] = measure(watch, 0, events, lambda: current.pid, queries, timeout,
                                     started_at=bridge.started_at, check=bridge.check_running)
-        log.info("B8 bridge backlog: %.0f events/s", result["backlog"]["events_per_s"])
+        log.info("B8 %s backlog: %.0f events/s", label, result["backlog"]["events_per_s"])
         baseline = watch.count()
         thread, outcome = _load_concurrently(url, written, events)
         written += events
@@ -299,16 +306,16 @@ def run_bridge(ctx: Context, events: int) -> dict[str, Any]:
                                        check=bridge.check_running)
         thread.join()
         result["concurrent"].update({k: round(v, 2) for k, v in outcome.items()})
-        log.info("B8 bridge concurrent: %.0f events/s", result["concurrent"]["events_per_s"])
+        log.info("B8 %s concurrent: %.0f events/s", label, result["concurrent"]["events_per_s"])
         bridge.stop()
         _load(url, written, events)
         written += events
         baseline = watch.count()
-        bridge = BridgeProcess(env, ctx.raw("logs/bridge-b8.log")).start()
+        bridge = BridgeProcess(env, ctx.raw(f"logs/{label}-b8.log")).start()
         restarted = bridge
         result["restart"] = measure(watch, baseline, events, lambda: restarted.pid, queries, timeout,
                                     started_at=bridge.started_at, check=bridge.check_running)
-        log.info("B8 bridge first %d after a restart: %.0f events/s", events, result["restart"]["events_per_s"])
+        log.info("B8 %s first %d after a restart: %.0f events/s", label, events, result["restart"]["events_per_s"])
     finally:
         watch.close()
         if bridge is not None:
@@ -331,9 +338,11 @@ def run(ctx: Context) -> dict[str, Any]:
     connect.ensure_jars()
     result["debezium"] = run_debezium(ctx, events)
     result["bridge"] = run_bridge(ctx, events)
-    ratios = {}
-    for phase in ("backlog", "concurrent", "restart"):
-        ours, theirs = result["bridge"][phase]["events_per_s"], result["debezium"][phase]["events_per_s"]
-        ratios[phase] = round(ours / theirs, 2) if theirs else None
-    result["bridge_over_debezium"] = ratios
+    result["bridge_exactly_once"] = run_bridge(ctx, events, "eos", {"BRIDGE_DELIVERY": "exactly-once"})
+    for relay in ("bridge", "bridge_exactly_once"):
+        ratios = {}
+        for phase in ("backlog", "concurrent", "restart"):
+            ours, theirs = result[relay][phase]["events_per_s"], result["debezium"][phase]["events_per_s"]
+            ratios[phase] = round(ours / theirs, 2) if theirs else None
+        result[f"{relay}_over_debezium"] = ratios
     return result

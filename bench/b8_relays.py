@@ -32,6 +32,8 @@ from bench.workload import AGGREGATE_TYPE
 log = logging.getLogger("bench.b8")
 
 LEASE_TIMEOUT_S = 3  # a restarted bridge waits this long for the killed one's lease to expire (as in B4)
+#: The exactly-once relay's settings: the transactional producer, at its default transaction sizes.
+EXACTLY_ONCE: Mapping[str, str] = {"BRIDGE_DELIVERY": "exactly-once"}
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class Lane:
 
 class Relay(Protocol):
     name: str
+    #: Records become visible to read_committed consumers only when a transaction commits (exactly-once): its
+    #: latency is measured to when such a consumer gets them, not to their append.
+    transactional: bool
 
     def open(self, row: str, topic_config: dict[str, str] | None = None,
              settings: Mapping[str, str] | None = None) -> Lane:
@@ -72,6 +77,7 @@ class DebeziumRelay:
     """Debezium's PostgreSQL connector and Outbox Event Router in one Connect worker."""
 
     name = "debezium"
+    transactional = False
 
     def __init__(self, ctx: Context, tuning: dict[str, str] | None = None) -> None:
         self.ctx = ctx
@@ -138,24 +144,27 @@ class DebeziumRelay:
 
 
 class BridgeRelay:
-    """`outbox-bridge run`, one process per lane, with a short lease so a restart after a kill is quick."""
+    """`outbox-bridge run`, one process per lane, with a short lease so a restart after a kill is quick; `settings`
+    (BRIDGE_* variables) for every lane: `EXACTLY_ONCE` for the exactly-once relay."""
 
-    name = "bridge"
-
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, name: str = "bridge", settings: Mapping[str, str] | None = None) -> None:
         self.ctx = ctx
+        self.name = name
+        self.settings = dict(settings or {})
+        self.transactional = self.settings.get("BRIDGE_DELIVERY") == "exactly-once"
         self.env: dict[str, str] = {}
         self.process: BridgeProcess | None = None
         self.epoch = self.starts = 0
 
     def open(self, row: str, topic_config: dict[str, str] | None = None,
              settings: Mapping[str, str] | None = None) -> Lane:
-        url = self.ctx.scratch.database(f"b8_{row}_bridge")
-        topic = self.ctx.scratch.create_topic(KAFKA1, f"b8-{row}-bridge.{AGGREGATE_TYPE}", PARTITIONS, 1,
+        lane_name = f"{row}-{self.name}"
+        url = self.ctx.scratch.database(f"b8_{lane_name}".replace("-", "_"))
+        topic = self.ctx.scratch.create_topic(KAFKA1, f"b8-{lane_name}.{AGGREGATE_TYPE}", PARTITIONS, 1,
                                               topic_config)
-        template = self.ctx.scratch.topic(f"b8-{row}-bridge.{{aggregate_type}}")
-        self.env = bridge_env(url, KAFKA1, f"bench-b8-{row}", template, 1, BRIDGE_LEASE_TIMEOUT_S=LEASE_TIMEOUT_S,
-                              **(settings or {}))
+        template = self.ctx.scratch.topic(f"b8-{lane_name}.{{aggregate_type}}")
+        self.env = bridge_env(url, KAFKA1, f"bench-b8-{lane_name}", template, 1,
+                              BRIDGE_LEASE_TIMEOUT_S=LEASE_TIMEOUT_S, **{**self.settings, **(settings or {})})
         self.epoch = 0
         lane = Lane(url, topic)
         self.restart()
@@ -177,7 +186,8 @@ class BridgeRelay:
 
     def restart(self) -> None:
         self.starts += 1
-        self.process = BridgeProcess(self.env, self.ctx.raw(f"logs/bridge-b8-rows-{self.starts:02d}.log")).start()
+        log_file = self.ctx.raw(f"logs/{self.name}-b8-rows-{self.starts:02d}.log")
+        self.process = BridgeProcess(self.env, log_file).start()
         self.epoch = self.process.wait_leading(after_epoch=self.epoch, timeout=60)
 
     def close(self) -> None:

@@ -1,8 +1,10 @@
 """B8's correctness rows: order, rollbacks and crashes, each run for Debezium and for the bridge, same run.
 
 Each row has its own database and topic per relay (bench/b8_relays.py); Debezium's rows run first in one
-Connect worker (`poll.interval.ms=10` as in B8's other phases), the bridge's after. The topic is read
-back from the beginning with a plain consumer once the relay has caught up.
+Connect worker (`poll.interval.ms=10` as in B8's other phases), then the bridge's, then the exactly-once
+bridge's (`BRIDGE_DELIVERY=exactly-once`: its crash row must show 0 duplicates, and its latency is measured
+to a read_committed consumer too). The topic is read back from the beginning with a plain consumer
+(read_committed, librdkafka's default) once the relay has caught up.
 
 - order: writers that do not lock the aggregate (bench/tx_writer.py: several connections, the same few
   aggregates, interleaved commits, some transactions held open before they commit). An inversion is a
@@ -29,13 +31,13 @@ from collections.abc import Set as AbstractSet
 from dataclasses import asdict
 from typing import Any, NamedTuple
 
-from bench.b3_latency import commit_to_append
+from bench.b3_latency import commit_to_append, commit_to_visible
 from bench.b4_crash import run_for
-from bench.b8_debezium import DEBEZIUM_TUNING, _cpu, connect
-from bench.b8_relays import BridgeRelay, DebeziumRelay, Lane, Relay
+from bench.b8_debezium import DEBEZIUM_TUNING, PARTITIONS, _cpu, connect
+from bench.b8_relays import EXACTLY_ONCE, BridgeRelay, DebeziumRelay, Lane, Relay
 from bench.context import Context
 from bench.stack import KAFKA1
-from bench.topics import TopicWatch, header, read_all
+from bench.topics import TopicWatch, VisibleTimes, header, read_all
 from bench.tx_writer import Interleaving, write_interleaved
 from bench.workload import Workload
 from bench.writer import Schedule, WriterProcess, read_commits
@@ -50,6 +52,7 @@ LATENCY_RATES = (1_000, 5_000)
 LATENCY_VARIANTS: dict[str, dict[str, dict[str, str]]] = {
     "debezium": {"default": {"poll.interval.ms": "500"}, "tuned": DEBEZIUM_TUNING},
     "bridge": {"default": {}},
+    "bridge-exactly-once": {"default": {}},
 }
 
 
@@ -149,20 +152,31 @@ def crash_row(ctx: Context, relay: Relay) -> dict[str, Any]:
 
 def latency_row(ctx: Context, relay: Relay, rate: int, variant: str, settings: Mapping[str, str]
                 ) -> dict[str, Any]:
-    """Open-loop writers at `rate` for b3_seconds; commit to the record's LogAppendTime, as in B3."""
+    """Open-loop writers at `rate` for b3_seconds; commit to the record's LogAppendTime, as in B3. A transactional
+    relay's records are visible only once committed: measured too to when a read_committed consumer reading along
+    got each (`visible_ms`, as B3-delivery)."""
     row = f"latency{rate}_{variant}"
     lane = relay.open(row, {"message.timestamp.type": "LogAppendTime"}, settings)
     records = ctx.raw(f"commits/b8-{row}-{relay.name}.txt")
+    reader = VisibleTimes(KAFKA1, lane.topic, PARTITIONS) if relay.transactional else None
+    seen = None
     try:
         cpu = StreamingCpu(relay)
         writer = WriterProcess(lane.dsn, row, CRASH_KEYS, Schedule.for_rate(rate, ctx.sizes.b3_seconds), records)
         written = writer.wait(timeout=ctx.sizes.b3_seconds * 10 + 120)
-        drain(lane.topic, written["events"], timeout=300, check=relay.check)
+        if reader is not None:
+            reader.wait_for(written["events"], timeout=300)
+        else:
+            drain(lane.topic, written["events"], timeout=300, check=relay.check)
         used = cpu.stop(written["events"])
     finally:
         relay.close()
+        if reader is not None:
+            seen = reader.stop()
     measured = commit_to_append(lane.topic, records, row)
     measured.pop("_histogram")
+    if seen is not None:
+        measured["visible_ms"] = commit_to_visible(seen, records)
     return {"settings": dict(settings), "writer": written, **measured, **used}
 
 
@@ -220,20 +234,32 @@ def _run_relay(ctx: Context, relay: Relay) -> dict[str, Any]:
 
 
 def meets_target(rows: dict[str, dict[str, Any]]) -> bool:
-    """The bridge inverts nothing; neither relay loses a committed event or publishes a rolled-back one."""
-    counted = [rows[row][relay] for row in ("order", "rollbacks", "crash") for relay in ("debezium", "bridge")]
+    """The bridge inverts nothing; no relay loses a committed event or publishes a rolled-back one; the exactly-once
+    bridge's read_committed consumers see no duplicate after a crash."""
+    relays = [relay for relay in RELAYS if relay in rows["crash"]]
+    counted = [rows[row][relay] for row in ("order", "rollbacks", "crash") for relay in relays]
     if any("error" in outcome for outcome in counted):
         return False
-    return rows["order"]["bridge"]["inversions"] == 0 and not any(o["lost"] or o["leaked"] for o in counted)
+    bridges = [relay for relay in relays if relay != "debezium"]
+    return (all(rows["order"][relay]["inversions"] == 0 for relay in bridges)
+            and not any(o["lost"] or o["leaked"] for o in counted)
+            and all(rows["crash"][relay]["duplicates"] == 0 for relay in bridges if relay.endswith("exactly-once")))
+
+
+#: The relays, in the order they run: each has every row (`ROWS`).
+RELAYS = ("debezium", "bridge", "bridge-exactly-once")
 
 
 def run(ctx: Context) -> dict[str, Any]:
     connect.ensure_jars()
     debezium = DebeziumRelay(ctx)
-    by_relay = {relay.name: _run_relay(ctx, relay) for relay in (debezium, BridgeRelay(ctx))}
+    relays: tuple[Relay, ...] = (debezium, BridgeRelay(ctx), BridgeRelay(ctx, "bridge-exactly-once", EXACTLY_ONCE))
+    assert tuple(relay.name for relay in relays) == RELAYS
+    by_relay = {relay.name: _run_relay(ctx, relay) for relay in relays}
     rows = {row: {name: outcomes[row] for name, outcomes in by_relay.items()} for row in ROWS}
     return {
-        "target": "bridge: 0 inversions; both relays: 0 lost, 0 rolled-back events published",
+        "target": "bridge: 0 inversions; every relay: 0 lost, 0 rolled-back events published; the exactly-once "
+                  "bridge: 0 duplicates after crashes, read_committed",
         "meets_target": meets_target(rows),
         "row_seconds": ctx.sizes.b8_row_seconds,
         "order_aggregates": ORDER_KEYS,

@@ -108,6 +108,7 @@ def section(results: dict[str, Any], plots: Plots) -> str:
             f"| {label} | {num(d.get('events_per_s'))} | {num(o.get('events_per_s'))} | "
             f"{DASH if ratio is None else f'{ratio:.2f}x'} | {cpu_sum(d)} | {cpu_sum(o)} | "
             f"{num(d.get('relay_cores'), 2)} | {num(o.get('relay_cores'), 2)} |")
+    lines += _exactly_once(b8, names)
     lines.append(plots.link("b8_throughput", "bridge vs Debezium throughput"))
     lines.append(plots.link("b8_cpu", "bridge vs Debezium CPU per 100,000 events"))
     cold = dbz.get("cold_first_run", {})
@@ -120,6 +121,33 @@ def section(results: dict[str, Any], plots: Plots) -> str:
         *_record_format(b8.get("record_format_differences")),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _exactly_once(b8: dict[str, Any], names: dict[str, str]) -> list[str]:
+    """The bridge's phases in exactly-once delivery, beside Debezium's and the default bridge's of the same run."""
+    eos = b8.get("bridge_exactly_once")
+    if not eos:
+        return []
+    lines = [
+        "",
+        "The bridge again, in exactly-once delivery (`BRIDGE_DELIVERY=exactly-once`, transactions at their default "
+        "sizes), counted as a `read_committed` consumer sees it: an event once its transaction committed (last "
+        "stable offsets; each commit marker takes an offset per partition, a fraction of a percent here). Its own "
+        "database and topic, after the two above.",
+        "",
+        "| phase | exactly-once events/s | / Debezium | / the bridge's default | CPU s per 100k: process + its "
+        "backends = total | cores |",
+        "|---|---|---|---|---|---|",
+    ]
+    for phase, label in names.items():
+        o, e = b8["bridge"].get(phase, {}), eos.get(phase, {})
+        ratio = b8.get("bridge_exactly_once_over_debezium", {}).get(phase)
+        of_default = e["events_per_s"] / o["events_per_s"] if e.get("events_per_s") and o.get("events_per_s") \
+            else None
+        lines.append(
+            f"| {label} | {num(e.get('events_per_s'))} | {DASH if ratio is None else f'{ratio:.2f}x'} | "
+            f"{DASH if of_default is None else f'{of_default:.0%}'} | {cpu_sum(e)} | {num(e.get('relay_cores'), 2)} |")
+    return lines
 
 
 def _record_format(differences: dict[str, str] | None) -> list[str]:

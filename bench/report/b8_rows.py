@@ -9,6 +9,9 @@ from bench.report.b8_debezium import cpu_sum
 from bench.report.cells import DASH, Plots, num, problem, problem_row, verdict
 from bench.targets import STATED
 
+#: The exactly-once bridge's results, beside the default bridge's where a run has them.
+EOS = "bridge-exactly-once"
+
 #: Each row: what it does, what its cells count, and what each relay must reach.
 B8_ROWS = {
     "order": ("order: writers interleave on the same aggregates, some transactions held open",
@@ -35,7 +38,8 @@ def summary(bench: dict[str, Any]) -> list[str]:
         return (f"{order['inversions']:,} inversions, lost {sum(o['lost'] for o in outcomes)}, leaked "
                 f"{outcomes[1]['leaked']}, {num(outcomes[2]['duplicates_per_crash'])} duplicates per crash")
 
-    return [f"| B8 | order, rollbacks, kill -9 | {counts('bridge')} | Debezium {counts('debezium')} | "
+    eos = f"; exactly-once: {counts(EOS)}" if EOS in b8_rows["rows"].get("crash", {}) else ""
+    return [f"| B8 | order, rollbacks, kill -9 | {counts('bridge')}{eos} | Debezium {counts('debezium')} | "
             f"{STATED['B8-rows']} | {verdict(b8_rows.get('meets_target'))} |"]
 
 
@@ -79,13 +83,22 @@ def section(results: dict[str, Any], plots: Plots) -> str:
         "published since the last commit; the bridge re-sends at most what it acknowledged since its last "
         "watermark persist plus its in-flight window (B4).",
         "",
-        "| row | counted | Debezium | bridge | target |",
-        "|---|---|---|---|---|",
+    ]
+    has_eos = EOS in rows["rows"].get("crash", {})
+    if has_eos:
+        lines += ["The bridge runs twice: with its defaults, and in exactly-once delivery (`BRIDGE_DELIVERY="
+                  "exactly-once`), whose records a consumer sees only once their transaction committed; every topic "
+                  "is read `read_committed` (a plain consumer's default), so an aborted transaction's records are not "
+                  "counted.", ""]
+    lines += [
+        "| row | counted | Debezium | bridge |" + (" bridge, exactly-once |" if has_eos else "") + " target |",
+        "|---|---|---|---|" + ("---|" if has_eos else "") + "---|",
     ]
     for row, (label, counted, target) in B8_ROWS.items():
         outcomes = rows["rows"].get(row, {})
+        eos = f" {_b8_cell(row, outcomes.get(EOS))} |" if has_eos else ""
         lines.append(f"| {label} | {counted} | {_b8_cell(row, outcomes.get('debezium'))} | "
-                     f"{_b8_cell(row, outcomes.get('bridge'))} | {target} |")
+                     f"{_b8_cell(row, outcomes.get('bridge'))} |{eos} {target} |")
     lines.append(plots.link("b8_crash", "bridge vs Debezium duplicates, inversions and losses"))
     latency = _b8_latency(rows)
     if latency:
@@ -101,6 +114,10 @@ def _b8_latency_cell(outcome: dict[str, Any] | None) -> str:
     stats = outcome.get("latency_ms", {})
     lost = f", lost {outcome['lost']}" if outcome.get("lost") else ""
     cpu = (f"; {cpu_sum(outcome)} CPU s" if "relay_cpu_s_per_100k" in outcome else "")
+    visible = outcome.get("visible_ms")
+    if visible:  # a transactional relay: to the read_committed consumer, then (to the append) as the others
+        return (f"{num(visible.get('p50'), 1)} / {num(visible.get('p99'), 1)} visible (append "
+                f"{num(stats.get('p50'), 1)} / {num(stats.get('p99'), 1)}){lost}{cpu}")
     return f"{num(stats.get('p50'), 1)} / {num(stats.get('p99'), 1)}{lost}{cpu}"
 
 
@@ -108,7 +125,7 @@ def _b8_latency(rows: dict[str, Any]) -> list[str]:
     latency = rows["rows"].get("latency")
     if not latency:
         return []
-    dbz, ours = latency.get("debezium", {}), latency.get("bridge", {})
+    dbz, ours, eos = latency.get("debezium", {}), latency.get("bridge", {}), latency.get(EOS)
     lines = [
         "",
         f"Latency: open-loop writers (as in B3) for {rows.get('latency_seconds', 0):.0f} s per rate; from each "
@@ -117,14 +134,21 @@ def _b8_latency(rows: dict[str, Any]) -> list[str]:
         "100,000 events of relaying that stream, from the writers' start until the relay caught up: the relay's "
         "process + PostgreSQL's work for it (walsender; the bridge's backends) = total.",
         "",
-        "| events/s | Debezium default | Debezium tuned | bridge |",
-        "|---|---|---|---|",
+        "| events/s | Debezium default | Debezium tuned | bridge |" + (" bridge, exactly-once |" if eos else ""),
+        "|---|---|---|---|" + ("---|" if eos else ""),
     ]
-    if "error" in dbz or "error" in ours:
-        return [*lines, f"| all | {_b8_latency_cell(dbz)} | | {_b8_latency_cell(ours)} |"]
+    if eos:
+        lines[3:3] = [
+            "The exactly-once bridge's records are visible only once their transaction committed: its cell gives "
+            "the latency to when a `read_committed` consumer reading along got each record (as B3-delivery), then, "
+            "in brackets, to its append as in the other columns.", ""]
+    if "error" in dbz or "error" in ours or (eos and "error" in eos):
+        eos_cell = f" {_b8_latency_cell(eos)} |" if eos else ""
+        return [*lines, f"| all | {_b8_latency_cell(dbz)} | | {_b8_latency_cell(ours)} |{eos_cell}"]
     for rate in sorted(set(dbz) | set(ours), key=int):
         by_variant = dbz.get(rate, {})
+        eos_cell = f" {_b8_latency_cell(eos.get(rate, {}).get('default'))} |" if eos else ""
         lines.append(f"| {int(rate):,} | {_b8_latency_cell(by_variant.get('default'))} | "
                      f"{_b8_latency_cell(by_variant.get('tuned'))} | "
-                     f"{_b8_latency_cell(ours.get(rate, {}).get('default'))} |")
+                     f"{_b8_latency_cell(ours.get(rate, {}).get('default'))} |{eos_cell}")
     return lines
