@@ -38,7 +38,7 @@ STATED = {
            f"(aim {B6_AIM_S[0]:.0f} s / {B6_AIM_S[1]:.0f} s)"),
     "B7": f"<= {B7_PEAK_MB} MB, flat",
     "B8": "ahead of Debezium (aim 2x)",
-    "B8-rows": "bridge 0 inversions; both lose and leak 0",
+    "B8-rows": "bridge 0 inversions; no relay loses or leaks; exactly-once: 0 duplicates per crash",
 }
 
 

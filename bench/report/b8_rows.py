@@ -1,5 +1,6 @@
 """B8-rows' row of the summary and its subsection of B8: per-key order, rolled-back transactions and
-crashes for both relays, and their commit-to-record latency."""
+crashes for every relay (Debezium, the bridge, and the bridge in exactly-once delivery where a run has it), and
+their commit-to-record latency."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ B8_ROWS = {
     "order": ("order: writers interleave on the same aggregates, some transactions held open",
               "inversions (aggregates inverted) of events checked / aggregates", "bridge 0"),
     "rollbacks": ("rollbacks: the same writers, a share of transactions rolled back",
-                  "lost / rolled-back published, of committed + rolled back", "0 / 0 for both"),
+                  "lost / rolled-back published, of committed + rolled back", "0 / 0 for every relay"),
     "crash": ("crash: SIGKILL of the relay process under a steady writer, then a restart",
-              "lost, duplicates per crash (total) over crashes", "lost 0 for both"),
+              "lost, duplicates per crash (total) over crashes",
+              "lost 0 for every relay; exactly-once: 0 duplicates"),
 }
 
 
