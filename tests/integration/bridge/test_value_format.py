@@ -87,12 +87,14 @@ def test_values_are_framed_payloads_that_confluents_deserializer_reads_back(
         assert _read(registry, topic, message.value()) == json.loads(written)
 
 
+@pytest.mark.parametrize("delivery", ["at-least-once", "exactly-once"])
 def test_a_payload_failing_its_schema_is_dead_lettered_with_the_reason_and_the_rest_published(
-    sqlite_url: str, kafka_bootstrap: str, schema_registry_url: str
+    delivery: str, sqlite_url: str, kafka_bootstrap: str, schema_registry_url: str
 ) -> None:
     upgrade(sqlite_url)
     _insert(sqlite_url, [*_good(0, 5), '{"n": "six", "note": "x"}', *_good(6, 5)])
-    config = _config(sqlite_url, kafka_bootstrap, schema_registry_url, poison_policy="dead-letter")
+    config = _config(sqlite_url, kafka_bootstrap, schema_registry_url, poison_policy="dead-letter",
+                     delivery=delivery)
     topic = config.topic_for("order")
     SchemaRegistryClient({"url": schema_registry_url}).register_schema(f"{topic}-OrderPlaced",
                                                                        Schema(ORDER_PLACED, "JSON"))
