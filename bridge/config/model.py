@@ -162,11 +162,6 @@ class BridgeConfig(BridgeSettings):
             )
         if self.delivery is not DeliveryMode.EXACTLY_ONCE:
             return self
-        if self.trace_exporters:
-            raise ValueError(
-                f"{env['traces_exporter']}={self.traces_exporter} does not work with {env['delivery']}=exactly-once "
-                "yet (the publish spans are made by the at-least-once producer); unset one of them"
-            )
         if "transactional.id" in self.producer_extra:
             raise ValueError(
                 f"{EXTRA_ENV_NAME} sets transactional.id, which {env['delivery']}=exactly-once derives from "

@@ -78,16 +78,17 @@ def build_daemon(
     finish_tracing: Callable[[], object] = _nothing
     client_conf = config.kafka.client_conf()
     transactions = config.transactions
+    transactional: dict[str, Any] | None = None  # the transactional publisher's settings, in exactly-once
     if transactions is not None and publisher_factory is None:
         metrics = metrics or BridgeMetrics()
         ended = metrics.transactions
         for outcome in (COMMITTED, ABORTED):
             ended.labels(outcome=outcome)  # both series from the start, at 0
-        make_publisher = partial(TransactionalPublisher, policy=transactions,
-                                 on_transaction=lambda outcome: ended.labels(outcome=outcome).inc())
+        transactional = {"policy": transactions, "on_transaction": lambda outcome: ended.labels(outcome=outcome).inc()}
+        make_publisher = partial(TransactionalPublisher, **transactional)
         committed = committed or _committed_in_kafka(client_conf, config, transactions, engine)
-    elif publisher_factory is None:
-        traced = _traced_publisher(config, tracer_provider, str(conf.get("client.id", "")))
+    if publisher_factory is None:
+        traced = _traced_publisher(config, tracer_provider, str(conf.get("client.id", "")), transactional)
         if traced is not None:
             make_publisher, finish_tracing = traced
     guard = topic_guard or TopicGuard(client_conf, topics.policy())
@@ -210,10 +211,11 @@ def _finish(engine: Engine, finish_tracing: Callable[[], object]) -> None:
     finish_tracing()  # exports the spans still batched
 
 
-def _traced_publisher(config: BridgeConfig, provider: Any,
-                      client_id: str) -> tuple[PublisherFactory, Callable[[], object]] | None:
-    """The publisher that sends in publish spans, and what exports the last spans at exit; None when tracing is off.
-    The SDK is imported only here, so a bridge without tracing never loads it."""
+def _traced_publisher(config: BridgeConfig, provider: Any, client_id: str, transactional: dict[str, Any] | None
+                      ) -> tuple[PublisherFactory, Callable[[], object]] | None:
+    """The publisher that sends in publish spans (transactional, with `transactional`'s settings, in exactly-once
+    delivery), and what exports the last spans at exit; None when tracing is off. The SDK is imported only here,
+    so a bridge without tracing never loads it."""
     own = provider is None
     if own:
         if not config.trace_exporters:
@@ -221,10 +223,13 @@ def _traced_publisher(config: BridgeConfig, provider: Any,
         from bridge.tracing.provider import tracer_provider
 
         provider = tracer_provider(config.trace_exporters, config.bridge_name)
-    from bridge.kafka.traced_publisher import TracedPublisher
+    from bridge.kafka.traced_publisher import TracedPublisher, TracedTransactionalPublisher
     from bridge.tracing.spans import PublishSpans
 
     spans = PublishSpans(provider.get_tracer("outbox-bridge"), client_id)
     log.info("tracing: a publish span for each event whose row carries a sampled trace context",
              extra={"exporters": list(config.trace_exporters) or "given"})
-    return partial(TracedPublisher, spans), provider.shutdown if own else provider.force_flush
+    finish = provider.shutdown if own else provider.force_flush
+    if transactional is not None:
+        return partial(TracedTransactionalPublisher, spans, **transactional), finish
+    return partial(TracedPublisher, spans), finish

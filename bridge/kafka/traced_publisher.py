@@ -1,5 +1,10 @@
 """`KafkaPublisher` with the bridge's publish spans (`bridge.tracing.spans`): the producer the bridge uses when
-tracing is on. Without tracing the bridge uses `KafkaPublisher` itself, so its per-event path has no span code.
+tracing is on, and `TracedTransactionalPublisher` in exactly-once delivery. Without tracing the bridge uses the
+untraced publishers themselves, so its per-event path has no span code.
+
+In exactly-once delivery a publish span ends when the broker appended its record, as in at-least-once: the
+record's transaction commits after (or aborts, and the record is sent again in a span of its own), which
+`outbox_transactions_total` counts.
 """
 
 from __future__ import annotations
@@ -11,16 +16,18 @@ from opentelemetry.trace import Span
 
 from bridge.core.records import KafkaRecord
 from bridge.kafka.publisher import CLOSE_TIMEOUT_S, DeliveryCallback, KafkaPublisher, unconfirmed
+from bridge.kafka.transactional import TransactionalPublisher
 from bridge.tracing.spans import PublishSpans
 
 
 class TracedPublisher(KafkaPublisher):
     """A `KafkaPublisher` that sends each traced record in a publish span, ended by its delivery report."""
 
-    def __init__(self, spans: PublishSpans, settings: dict[str, Any], on_delivery: DeliveryCallback) -> None:
-        super().__init__(settings, on_delivery)
+    def __init__(self, spans: PublishSpans, settings: dict[str, Any], on_delivery: DeliveryCallback,
+                 **more: Any) -> None:
         self._spans = spans
         self._open: dict[int, Span] = {}  # by seq: the spans of records not yet answered
+        super().__init__(settings, on_delivery, **more)  # `more`: the transactional publisher's settings
 
     def send(self, record: KafkaRecord, generation: int) -> None:
         started = self._spans.start(record)
@@ -48,3 +55,8 @@ class TracedPublisher(KafkaPublisher):
         for span in self._open.values():
             self._spans.abandoned(span, "no delivery report: the record was refused before it was queued")
         self._open.clear()
+
+
+class TracedTransactionalPublisher(TracedPublisher, TransactionalPublisher):
+    """The exactly-once publisher with publish spans: `TracedPublisher(spans, settings, on_delivery, policy=...,
+    on_transaction=...)` over `TransactionalPublisher`."""

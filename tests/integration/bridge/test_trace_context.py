@@ -1,6 +1,7 @@
 """A trace from the writer's transaction through the real bridge and broker to a plain consumer: the record carries
 the bridge's publish span in `traceparent`, that span is a child of the writer's and is exported with the
-messaging attributes of its acknowledged record, and a consumer that reads the header continues the trace."""
+messaging attributes of its acknowledged record, and a consumer that reads the header continues the trace; in both
+deliveries (exactly-once: the consumer reads read_committed)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ def _event(n: int) -> OutboxEvent:
                        event_type="OrderPlaced", payload={"n": n})
 
 
+@pytest.mark.parametrize("delivery", ["at-least-once", "exactly-once"])
 def test_an_event_written_in_a_span_reaches_a_consumer_in_the_same_trace_through_the_bridges_span(
-    sqlite_url: str, kafka_bootstrap: str
+    delivery: str, sqlite_url: str, kafka_bootstrap: str
 ) -> None:
     exported = InMemorySpanExporter()
     provider = TracerProvider()
@@ -43,7 +45,7 @@ def test_an_event_written_in_a_span_reaches_a_consumer_in_the_same_trace_through
         append(conn, [_event(4)])  # outside any span
     engine.dispose()
 
-    config = bridge_config(sqlite_url, kafka_bootstrap)
+    config = bridge_config(sqlite_url, kafka_bootstrap, delivery=delivery)
     bridge = start_bridge(config, tracer_provider=provider)
     wait_until(lambda: bridge.daemon.tracker is not None and bridge.daemon.tracker.watermark == 4, 60,
                "4 events published")
@@ -81,7 +83,6 @@ def test_an_event_written_in_a_span_reaches_a_consumer_in_the_same_trace_through
         consumer_span = consumed.get_span_context().span_id
         [process] = [s for s in exported.get_finished_spans() if s.context.span_id == consumer_span]
         assert process.parent is not None and process.parent.span_id == span.context.span_id
-
 
 
 def test_otel_traces_exporter_turns_the_spans_on_and_they_are_exported_over_otlp(

@@ -71,3 +71,17 @@ def test_exactly_once_transactions_are_counted_on_the_daemons_metrics_by_outcome
     assert publisher.mark_progress(3)
     publisher.close(0)
     assert (ended("committed"), ended("aborted")) == (1.0, 0.0)
+
+
+def test_exactly_once_with_tracing_builds_the_traced_transactional_publisher(tmp_path: Path) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from bridge.kafka.traced_publisher import TracedTransactionalPublisher
+
+    url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    config = load_config(flags={"db_url": url, "allow_single_broker": True, "replication_factor": 1,
+                                "metrics_port": 0, "delivery": "exactly-once"},
+                         env={"BRIDGE_PRODUCER_EXTRA": str(MOCK).replace("'", '"')})
+    daemon = build_daemon(config, topic_guard=AcceptingTopicGuard(), engine=make_engine(url),
+                          tracer_provider=TracerProvider())
+    assert isinstance(_made(daemon), TracedTransactionalPublisher)

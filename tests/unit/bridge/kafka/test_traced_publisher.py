@@ -1,8 +1,10 @@
 """The traced producer against librdkafka's mock cluster: a traced record's publish span ends with the partition and
-offset the broker gave it, an untraced record is sent without one, and a closed producer leaves no span open."""
+offset the broker gave it, an untraced record is sent without one, and a closed producer leaves no span open; in
+exactly-once delivery the span ends at the append, and the report waits for the transaction's commit."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -14,7 +16,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from bridge.core.records import KafkaRecord, OutboxRow, build_record
-from bridge.kafka.traced_publisher import TracedPublisher
+from bridge.kafka.traced_publisher import TracedPublisher, TracedTransactionalPublisher
+from bridge.kafka.transaction_policy import TransactionPolicy
+from bridge.kafka.transactional import COMMITTED
 from bridge.tracing.spans import PublishSpans
 
 pytestmark = pytest.mark.unit
@@ -80,3 +84,31 @@ def test_a_span_without_a_delivery_report_is_ended_as_abandoned_when_the_produce
     publisher.close(0)
     [span] = exported.get_finished_spans()
     assert span.status.status_code is StatusCode.ERROR and (span.attributes or {})["error.type"] == "abandoned"
+
+
+def test_in_exactly_once_a_traced_record_is_published_in_a_span_and_reported_once_its_transaction_committed(
+    exported: InMemorySpanExporter, reports: Reports
+) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    outcomes: list[str] = []
+    settings = {**MOCK, "enable.idempotence": True, "acks": "all", "max.in.flight.requests.per.connection": 5,
+                "enable.sparse.connections": False}
+    policy = TransactionPolicy("outbox-bridge-traced", 1000, 60.0, "outbox.progress.traced", b"traced")
+    publisher = TracedTransactionalPublisher(PublishSpans(provider.get_tracer("test")), settings,
+                                             lambda seq, generation, err: reports.append((seq, generation, err)),
+                                             policy=policy, on_transaction=outcomes.append)
+    try:
+        assert publisher.failure is None, "init_transactions passed"
+        publisher.send(_record(1, traced=True), 0)
+        publisher.send(_record(2, traced=False), 0)
+        deadline = time.monotonic() + 10
+        while len(exported.get_finished_spans()) < 1 and time.monotonic() < deadline:
+            publisher.poll(0.05)
+        assert reports == [], "appended, its transaction open: not reported yet"
+        [span] = exported.get_finished_spans()
+        assert (span.attributes or {})["outbox.seq"] == 1 and span.status.status_code is StatusCode.UNSET
+        assert publisher.flush(10) == 0
+        assert sorted(seq for seq, _, err in reports if err is None) == [1, 2] and outcomes == [COMMITTED]
+    finally:
+        publisher.close(0)
