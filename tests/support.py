@@ -350,6 +350,20 @@ def read_offsets(db_url: str, bridge_name: str) -> OffsetRow | None:
         engine.dispose()
 
 
+def outbox_row_count(db_url: str) -> int:
+    """How many rows `domain_events` holds (what retention and cleanup left)."""
+    from sqlalchemy import func, select
+
+    from bridge.schema import domain_events
+    from bridge.store.engine import make_engine
+
+    engine = make_engine(db_url)
+    with engine.connect() as conn:
+        count = int(conn.execute(select(func.count()).select_from(domain_events)).scalar() or 0)
+    engine.dispose()
+    return count
+
+
 def persisted_watermark(db_url: str, bridge_name: str) -> int:
     row = read_offsets(db_url, bridge_name)
     return row.watermark if row else 0

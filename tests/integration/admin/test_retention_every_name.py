@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import insert, select, text
 
 from bridge.migrate import upgrade
 from bridge.schema import domain_events
@@ -24,6 +24,7 @@ from bridge.store.offsets import OffsetStore
 from tests.support import (
     bridge_config,
     keys_in_seq_order,
+    outbox_row_count,
     persisted_watermark,
     read_topic,
     record_seq,
@@ -58,13 +59,6 @@ def _outbox_with_b_stopped(url: str, b_name: str) -> None:
     engine.dispose()
 
 
-def _rows(url: str) -> int:
-    engine = make_engine(url)
-    with engine.connect() as conn:
-        count = int(conn.execute(select(func.count()).select_from(domain_events)).scalar() or 0)
-    engine.dispose()
-    return count
-
 
 def test_retention_keeps_rows_a_stopped_name_has_not_published_and_that_name_publishes_all(
     url, kafka_bootstrap
@@ -77,7 +71,8 @@ def test_retention_keeps_rows_a_stopped_name_has_not_published_and_that_name_pub
         wait_until(lambda: persisted_watermark(url, a.bridge_name) == EVENTS, 60, "A to publish every event")
         passes = bridge_a.daemon.retention_passes
         wait_until(lambda: bridge_a.daemon.retention_passes >= passes + 2, 30, "two more retention passes")
-        assert _rows(url) == EVENTS, f"B ({b.bridge_name}) has published none of them: retention keeps them all"
+        assert outbox_row_count(url) == EVENTS, \
+            f"B ({b.bridge_name}) has published none of them: retention keeps them all"
         registry = bridge_a.daemon.metrics.registry
         held = registry.get_sample_value("outbox_retention_held_back_seconds", {"held_by": b.bridge_name})
         assert held is not None and held > 3600, "the gauge names B and how long its rows have been due"
@@ -98,7 +93,7 @@ def test_retention_keeps_rows_a_stopped_name_has_not_published_and_that_name_pub
     # Now that both have published them, A's retention deletes them.
     bridge_a = start_bridge(a)
     try:
-        wait_until(lambda: _rows(url) == 0, 30, "A's retention to delete what both names published")
+        wait_until(lambda: outbox_row_count(url) == 0, 30, "A's retention to delete what both names published")
     finally:
         assert bridge_a.stop() == 0
 
@@ -115,7 +110,7 @@ def test_cleanup_older_than_deletes_only_below_the_lowest_watermark(url) -> None
     assert dry["rows"] == 10 and dry["held_back_by"] == "b"
     result = maintenance.cleanup(a.database, timedelta(hours=1), dry_run=False, show_progress=False)
     assert result["deleted"] == 10, "only what the slowest name, b, has published"
-    assert _rows(url) == EVENTS - 10
+    assert outbox_row_count(url) == EVENTS - 10
 
 
 def _events_gone_for(url: str, a: object, b_name: str) -> None:
@@ -130,7 +125,7 @@ def _events_gone_for(url: str, a: object, b_name: str) -> None:
     assert retired["watermark"] == 0
     result = maintenance.cleanup(a.database, timedelta(hours=1), dry_run=False, show_progress=False)
     assert result["deleted"] == EVENTS and result["held_back_by"] is None
-    assert _rows(url) == 0
+    assert outbox_row_count(url) == 0
 
 
 def test_a_retired_name_holds_nothing_back_and_leads_again_only_when_told_where_to_start(

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, insert, select
+from sqlalchemy import insert
 
 from bridge.config import BridgeConfig
 from bridge.migrate import upgrade
@@ -27,6 +27,7 @@ from bridge.store.offsets import OffsetStore
 from tests.support import (
     bridge_config,
     keys_in_seq_order,
+    outbox_row_count,
     persisted_watermark,
     read_topic,
     record_seq,
@@ -48,13 +49,6 @@ def _insert(url: str, first: int, count: int, occurred_at: datetime) -> None:
             for n in range(first, first + count)])
     engine.dispose()
 
-
-def _rows(url: str) -> int:
-    engine = make_engine(url)
-    with engine.connect() as conn:
-        count = int(conn.execute(select(func.count()).select_from(domain_events)).scalar() or 0)
-    engine.dispose()
-    return count
 
 
 def _published_by(config: BridgeConfig, url: str, through: int) -> None:
@@ -83,14 +77,14 @@ def test_two_exactly_once_names_with_retention_publish_every_event_once_and_resu
         wait_until(lambda: persisted_watermark(url, a.bridge_name) == OLD, 60, "A to publish every event")
         passes = bridge_a.daemon.retention_passes
         wait_until(lambda: bridge_a.daemon.retention_passes >= passes + 2, 30, "two more retention passes")
-        assert _rows(url) == OLD, "B has published none of them: A's retention keeps them all"
+        assert outbox_row_count(url) == OLD, "B has published none of them: A's retention keeps them all"
         assert collect_status(a.database)["delivery"] == "exactly-once", "status says how the leader delivers"
     finally:
         assert bridge_a.stop() == 0
     _published_by(b, url, OLD)
     bridge_a = start_bridge(a)
     try:
-        wait_until(lambda: _rows(url) == 0, 30, "A's retention to delete what both names published")
+        wait_until(lambda: outbox_row_count(url) == 0, 30, "A's retention to delete what both names published")
     finally:
         assert bridge_a.stop() == 0
 

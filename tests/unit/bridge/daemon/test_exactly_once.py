@@ -247,25 +247,37 @@ def test_a_crash_after_a_rewind_is_stored_and_before_the_next_commit_still_sends
     assert _seqs(coordinator.delivered) == [*range(1, 11), *range(5, 11)], "the rewound events are sent again"
 
 
+def _init_failing(config: BridgeConfig, outbox: InMemoryOutbox, store: InMemoryLeaseStore,
+                  coordinator: InMemoryCoordinator, failures: int, each_s: float = 0.0
+                  ) -> tuple[BridgeDaemon, list[InMemoryTransactionalPublisher]]:
+    """A daemon whose first `failures` producers time out in init_transactions, each after `each_s` seconds; and
+    the producers it made."""
+    made: list[InMemoryTransactionalPublisher] = []
+
+    def new_publisher(on_delivery: Any) -> InMemoryTransactionalPublisher:
+        timed_out = None
+        if len(made) < failures:
+            time.sleep(each_s)
+            timed_out = KafkaError(KafkaError._TIMED_OUT, "Local: Timed out")
+        made.append(InMemoryTransactionalPublisher(on_delivery, coordinator, max_events=config.transaction_max_events,
+                                                   interval_s=config.transaction_interval_ms / 1000,
+                                                   init_error=timed_out))
+        return made[-1]
+
+    daemon = BridgeDaemon(config.loop, config.topics, offsets=store, open_reader=outbox.reader,
+                          new_publisher=new_publisher, topic_guard=AcceptingTopicGuard(), instance_id="unit",
+                          committed=coordinator.committed)
+    return daemon, made
+
+
 def test_a_producer_whose_transactions_did_not_start_is_replaced_without_claiming_a_failed_delivery(
         caplog: pytest.LogCaptureFixture) -> None:
     outbox, coordinator = InMemoryOutbox(), InMemoryCoordinator()
     store = InMemoryLeaseStore()
     for _ in range(4):
         outbox.write()
-    made: list[InMemoryTransactionalPublisher] = []
-
-    def new_publisher(on_delivery: Any) -> InMemoryTransactionalPublisher:
-        # The first times out in init_transactions, as while the broker still aborts a dead leader's transaction.
-        timed_out = KafkaError(KafkaError._TIMED_OUT, "Local: Timed out") if not made else None
-        made.append(InMemoryTransactionalPublisher(on_delivery, coordinator, max_events=CONFIG.transaction_max_events,
-                                                   interval_s=CONFIG.transaction_interval_ms / 1000,
-                                                   init_error=timed_out))
-        return made[-1]
-
-    daemon = BridgeDaemon(CONFIG.loop, CONFIG.topics, offsets=store, open_reader=outbox.reader,
-                          new_publisher=new_publisher, topic_guard=AcceptingTopicGuard(), instance_id="unit",
-                          committed=coordinator.committed)
+    # The first times out in init_transactions, as while the broker still aborts a dead leader's transaction.
+    daemon, _ = _init_failing(CONFIG, outbox, store, coordinator, failures=1)
     with caplog.at_level(logging.WARNING, logger="bridge.daemon"):
         assert _run_until(daemon, outbox, lambda: store.watermark == 4) == EXIT_OK
     messages = [r.getMessage() for r in caplog.records]
@@ -294,21 +306,7 @@ def test_a_run_of_slow_failed_init_transactions_never_lets_the_lease_lapse() -> 
     store = TimedStore()
     for _ in range(4):
         outbox.write()
-    made: list[InMemoryTransactionalPublisher] = []
-
-    def new_publisher(on_delivery: Any) -> InMemoryTransactionalPublisher:
-        timed_out = None
-        if len(made) < 4:
-            time.sleep(config.lease_timeout_s * 0.4)
-            timed_out = KafkaError(KafkaError._TIMED_OUT, "Local: Timed out")
-        made.append(InMemoryTransactionalPublisher(on_delivery, coordinator, max_events=config.transaction_max_events,
-                                                   interval_s=config.transaction_interval_ms / 1000,
-                                                   init_error=timed_out))
-        return made[-1]
-
-    daemon = BridgeDaemon(config.loop, config.topics, offsets=store, open_reader=outbox.reader,
-                          new_publisher=new_publisher, topic_guard=AcceptingTopicGuard(), instance_id="unit",
-                          committed=coordinator.committed)
+    daemon, made = _init_failing(config, outbox, store, coordinator, failures=4, each_s=config.lease_timeout_s * 0.4)
     assert _run_until(daemon, outbox, lambda: store.watermark == 4) == EXIT_OK
     assert len(made) == 5
     gaps = [later - earlier for earlier, later in itertools.pairwise(renewed)]
