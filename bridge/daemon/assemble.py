@@ -211,7 +211,7 @@ def _finish(engine: Engine, finish_tracing: Callable[[], object]) -> None:
     finish_tracing()  # exports the spans still batched
 
 
-def _traced_publisher(config: BridgeConfig, provider: Any, client_id: str, transactional: dict[str, Any] | None
+def _traced_publisher(config: BridgeConfig, provider: Any, client_id: str, transactional: dict[str, Any] | None = None
                       ) -> tuple[PublisherFactory, Callable[[], object]] | None:
     """The publisher that sends in publish spans (transactional, with `transactional`'s settings, in exactly-once
     delivery), and what exports the last spans at exit; None when tracing is off. The SDK is imported only here,
