@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -76,6 +77,14 @@ class RunningBridge:
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "bridge did not stop"
         return self.result[0]
+
+    def where(self) -> str:
+        """Where the bridge's thread is now (its innermost frames), for a failure message: a wait that times out
+        says what the daemon was doing instead of only that it did not get there."""
+        frame = sys._current_frames().get(self.thread.ident or -1)
+        if frame is None:
+            return f"the bridge's thread has ended (returned {self.result})"
+        return "the bridge's thread is at:\n" + "".join(traceback.format_stack(frame)[-10:])
 
 
 @contextmanager
@@ -202,13 +211,15 @@ def head_seq(db_url: str) -> int:
     return int(value or 0)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str,
+               context: Callable[[], str] | None = None) -> None:
+    """Wait for `predicate`; on timeout fail naming `what`, and what `context` says then (`RunningBridge.where`)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f"\n{context()}" if context else ""))
 
 
 def topic_configs(bootstrap: str, topic: str, timeout: float = 30) -> dict[str, str]:

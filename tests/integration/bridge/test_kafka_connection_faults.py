@@ -69,7 +69,7 @@ def test_a_bridge_whose_kafka_connections_are_cut_publishes_every_committed_even
             head, written = max(ledger.committed), time.monotonic()
             # The persisted watermark, not the daemon's own state: it is what a restart resumes from.
             wait_until(lambda: persisted_watermark(url, config.bridge_name) >= head, 60,
-                       f"the persisted watermark to reach the head seq {head}")
+                       f"the persisted watermark to reach the head seq {head}", bridge.where)
             caught_up_s = time.monotonic() - written
             assert bridge.stop() == 0
     finally:

@@ -102,8 +102,7 @@ def test_replay_from_earliest_builds_beside_the_live_table_and_switches_when_the
 
     # The projection runs on from the replay's checkpoint: new events only, and it still equals a scratch build.
     produce(harness.bootstrap, topic, third)
-    harness.run([orders_current], topic, live)
-    harness.run([orders_current], topic, reference)
+    harness.run_together([([orders_current], topic, live), ([orders_current], topic, reference)])
     assert harness.rows(orders_current, live) == harness.rows(orders_current, reference)
 
 

@@ -59,6 +59,5 @@ def test_spark_submit_killed_mid_run_resumes_to_the_uninterrupted_tables(
     assert applied < len(events), "the kill came after everything was applied"
 
     reference = harness.lake("reference")
-    harness.run([orders_current], topic, reference)
-    harness.run([orders_current], topic, killed)
+    harness.run_together([([orders_current], topic, reference), ([orders_current], topic, killed)])
     assert harness.rows(orders_current, killed) == harness.rows(orders_current, reference)
