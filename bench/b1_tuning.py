@@ -29,6 +29,7 @@ VARIANTS: dict[str, tuple[dict[str, str | int], bool]] = {
     "linger 0 ms": ({"BRIDGE_LINGER_MS": 0}, True),
     "linger 50 ms": ({"BRIDGE_LINGER_MS": 50}, True),
     "batch.size 64 KiB": ({"BRIDGE_BATCH_SIZE": 65_536}, True),
+    "linger 0 ms, batch.size 64 KiB": ({"BRIDGE_LINGER_MS": 0, "BRIDGE_BATCH_SIZE": 65_536}, True),
     "compression none": ({"BRIDGE_COMPRESSION": "none"}, True),
     "compression zstd": ({"BRIDGE_COMPRESSION": "zstd"}, True),
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,10 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 
 def latency_run(ctx: Context, label: str, rate: int, seconds: float, settings: dict[str, str | int] | None = None,
-                visible: bool = False) -> dict[str, Any]:
+                visible: bool = False, cpu: bool = False) -> dict[str, Any]:
     """One steady-rate run: writers -> PostgreSQL -> bridge -> Kafka; latency per event from the topic, and with
-    `visible` also from its commit to when a read_committed consumer reading along got it (`VisibleTimes`)."""
+    `visible` also from its commit to when a read_committed consumer reading along got it (`VisibleTimes`). With
+    `cpu`, also the cores the bridge process and its PostgreSQL sessions used while the writers ran."""
     url = ctx.scratch.database(label.replace("-", "_"))
     topic = ctx.scratch.create_topic(KAFKA1, f"{label}.{AGGREGATE_TYPE}", PARTITIONS, 1,
                                      {"message.timestamp.type": "LogAppendTime"})
@@ -56,10 +58,12 @@ def latency_run(ctx: Context, label: str, rate: int, seconds: float, settings: d
     bridge = BridgeProcess(env, ctx.raw(f"logs/bridge-{label}.log")).start()
     try:
         bridge.wait_leading()
+        meter = CpuMeter(bridge.pid, url) if cpu else None
         schedule = Schedule.for_rate(rate, seconds)
         records = ctx.raw(f"commits/{label}.txt")
         writer = WriterProcess(pg_dsn(url.rsplit("/", 1)[1]), label, KEYS, schedule, records)
         written = writer.wait(timeout=seconds * 10 + 120)
+        cores = meter.stop() if meter is not None else None
         if reader is not None:
             reader.wait_for(written["events"], timeout=300)
         else:
@@ -74,7 +78,29 @@ def latency_run(ctx: Context, label: str, rate: int, seconds: float, settings: d
     result = {"offered_rate": rate, "writer": written, **commit_to_append(topic, records, label)}
     if seen is not None:
         result["visible_ms"] = commit_to_visible(seen, records)
+    if cores is not None:
+        result["cpu_cores"] = cores
     return result
+
+
+class CpuMeter:
+    """The cores the bridge process and its PostgreSQL sessions (`bridge_backends`) use from now until `stop`."""
+
+    def __init__(self, pid: int, url: str) -> None:
+        from bench.b8_debezium import bridge_backends, process_cpu
+
+        self._pid, self._process_cpu = pid, process_cpu
+        self._database = bridge_backends(url)
+        self._database()
+        self._started, self._bridge = time.monotonic(), process_cpu(pid)
+
+    def stop(self) -> dict[str, float]:
+        try:
+            wall = time.monotonic() - self._started
+            bridge, database = self._process_cpu(self._pid) - self._bridge, self._database()
+        finally:
+            self._database.close()
+        return {"bridge": round(bridge / wall, 3), "database": round(database / wall, 3)}
 
 
 def commit_to_visible(seen: dict[int, float], records: Path) -> dict[str, float]:

@@ -86,7 +86,7 @@ class DatabaseCpu:
             self._pids = [int(r[0]) for r in self._conn.execute(self._query, self._params).fetchall()]
             self._looked_at = now
         for pid in self._pids:
-            used = _cpu(pid)
+            used = process_cpu(pid)
             self._first.setdefault(pid, 0.0 if self._sampled else used)
             self._last[pid] = max(used, self._last.get(pid, 0.0))
         self._sampled = True
@@ -109,7 +109,7 @@ def bridge_backends(url: str) -> DatabaseCpu:
                        "AND application_name = %s", (APPLICATION_NAME,))
 
 
-def _cpu(pid: int | None) -> float:
+def process_cpu(pid: int | None) -> float:
     if pid is None:
         return 0.0
     try:
@@ -139,7 +139,7 @@ def _measure(watch: TopicWatch, baseline: int, events: int, relay_pid: Callable[
     samples: list[Sample] = []
     while True:
         count = watch.count() - baseline
-        samples.append(Sample(time.monotonic(), count, _cpu(relay_pid()), database_cpu()))
+        samples.append(Sample(time.monotonic(), count, process_cpu(relay_pid()), database_cpu()))
         if count >= events:
             break
         if time.monotonic() > deadline:

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 from bench.b3_latency import commit_to_append, commit_to_visible
 from bench.b4_crash import run_for
-from bench.b8_debezium import DEBEZIUM_TUNING, PARTITIONS, _cpu, connect
+from bench.b8_debezium import DEBEZIUM_TUNING, PARTITIONS, connect, process_cpu
 from bench.b8_relays import EXACTLY_ONCE, BridgeRelay, DebeziumRelay, Lane, Relay
 from bench.context import Context
 from bench.stack import KAFKA1
@@ -188,12 +188,12 @@ class StreamingCpu:
         self.pid = relay.pid
         self.database = relay.database_cpu()
         self.started = time.monotonic()
-        self.relay_before = _cpu(self.pid())
+        self.relay_before = process_cpu(self.pid())
         self.database()
 
     def stop(self, events: int) -> dict[str, float]:
         try:
-            relay, database = _cpu(self.pid()) - self.relay_before, self.database()
+            relay, database = process_cpu(self.pid()) - self.relay_before, self.database()
         finally:
             self.database.close()
         per = 100_000 / max(events, 1)

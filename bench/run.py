@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, str] = {
     "B7": "bench.b7_memory",
     "B2": "bench.b2_sqlite",
     "B3": "bench.b3_latency",
+    "B3-tuning": "bench.b3_tuning",
     "B3-delivery": "bench.b3_delivery",
     "B4": "bench.b4_crash",
     "B5": "bench.b5_projection",

@@ -56,4 +56,35 @@ def section(results: dict[str, Any], plots: Plots) -> str:
             f"{num(lat.get('p95'), 1)} | {num(lat.get('p99'), 1)} | {num(lat.get('p999'), 1)} | "
             f"{num(lat.get('max'), 1)} | {r.get('lost', 0):,} | {outcome} |")
     lines.append(plots.link("latency", "latency percentiles"))
+    lines += _tuning(results.get("benchmarks", {}).get("B3-tuning"))
     return "\n".join(lines) + "\n"
+
+
+def _tuning(tuning: dict[str, Any] | None) -> list[str]:
+    """B3-tuning: the read interval and the producer's linger, one at a time and together (`bench/b3_tuning.py`)."""
+    if not tuning or problem(tuning) or not tuning.get("rates"):
+        return []
+    lines = [
+        "",
+        "### Tuning tried",
+        "",
+        "The two waits a committed row meets before its record leaves the bridge: the read interval after a read that "
+        "caught up (`BRIDGE_POLL_INTERVAL_MIN_MS`) and the producer's linger (`BRIDGE_LINGER_MS`). Each variant is a "
+        f"run as above of {tuning['seconds_per_run']:.0f} s, {tuning['rounds']} rounds round-robin (mean of the "
+        "rounds, and the range of p99); none lost an event. Cores: CPU seconds per second of the bridge process and "
+        "of its PostgreSQL sessions while the writers ran. Their cost in throughput: B1's tuning sweep (linger) "
+        "above; the read interval does not act on a backlog.",
+        "",
+        "| offered | variant | settings | p50 ms | p95 ms | p99 ms (range) | max ms | bridge cores | PostgreSQL cores "
+        "|",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for rate, variants in tuning["rates"].items():
+        for name, row in variants.items():
+            settings_text = ", ".join(f"`{k}={v}`" for k, v in row["settings"].items()) or "defaults"
+            low, high = row["p99_range"]
+            lines.append(f"| {int(rate):,}/s | {name} | {settings_text} | {num(row['p50'], 1)} | "
+                         f"{num(row['p95'], 1)} | {num(row['p99'], 1)} ({num(low, 1)} to {num(high, 1)}) | "
+                         f"{num(row['max'], 1)} | {num(row.get('bridge_cores'), 2)} | "
+                         f"{num(row.get('database_cores'), 2)} |")
+    return lines

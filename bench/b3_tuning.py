@@ -1,0 +1,62 @@
+"""B3 tuning sweep: the two waits on the way from a commit to Kafka, one at a time and together.
+
+A committed row waits twice before its record leaves the bridge: for the next read (a read that caught up
+holds the next one back for `BRIDGE_POLL_INTERVAL_MIN_MS`, so that a trickle of commits is read a few at a
+time) and in the producer's batch (`BRIDGE_LINGER_MS`). Both default to 5 ms. Each variant is a B3 run
+(`bench.b3_latency.latency_run`: writers on an open-loop schedule, latency from commit to the record's
+LogAppendTime); the variants run round-robin, ROUNDS times, at each rate, so slow spells of the shared machine
+spread over all of them. What a variant costs in throughput is B1-tuning's to say (its linger rows); a
+poll interval does not act on a backlog, where every read is full. What it costs at these rates is CPU: the
+cores the bridge process and its PostgreSQL sessions used while the writers ran, measured beside each run.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from bench.b3_latency import latency_run
+from bench.context import Context
+
+log = logging.getLogger("bench.b3_tuning")
+
+ROUNDS = 2
+RATES = (1_000, 5_000)
+
+VARIANTS: dict[str, dict[str, str | int]] = {
+    "defaults": {},
+    "linger 0 ms": {"BRIDGE_LINGER_MS": 0},
+    "read interval 1 ms": {"BRIDGE_POLL_INTERVAL_MIN_MS": 1},
+    "linger 0 ms, read interval 1 ms": {"BRIDGE_LINGER_MS": 0, "BRIDGE_POLL_INTERVAL_MIN_MS": 1},
+}
+
+PERCENTILES = ("p50", "p95", "p99", "max")
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    seconds = ctx.sizes.b3_seconds
+    measured: dict[int, dict[str, list[dict[str, float]]]] = {rate: {name: [] for name in VARIANTS} for rate in RATES}
+    cores: dict[int, dict[str, list[dict[str, float]]]] = {rate: {name: [] for name in VARIANTS} for rate in RATES}
+    for round_number in range(1, ROUNDS + 1):
+        for rate in RATES:
+            for index, (name, settings) in enumerate(VARIANTS.items()):
+                result = latency_run(ctx, f"b3t{round_number}-{rate}-{index}", rate, seconds, settings, cpu=True)
+                if result["lost"]:
+                    raise RuntimeError(f"B3-tuning {name} at {rate}/s lost {result['lost']} events")
+                measured[rate][name].append(result["latency_ms"])
+                cores[rate][name].append(result["cpu_cores"])
+                log.info("B3 tuning round %d, %d/s, %-32s %s, cores %s", round_number, rate, name,
+                         result["latency_ms"], result["cpu_cores"])
+    rates: dict[str, Any] = {}
+    for rate, variants in measured.items():
+        rows = {}
+        for name, runs in variants.items():
+            rows[name] = {
+                "settings": VARIANTS[name],
+                **{q: round(sum(r[q] for r in runs) / len(runs), 1) for q in PERCENTILES},
+                "p99_range": [min(r["p99"] for r in runs), max(r["p99"] for r in runs)],
+                **{f"{part}_cores": round(sum(c[part] for c in cores[rate][name]) / len(runs), 3)
+                   for part in ("bridge", "database")},
+            }
+        rates[str(rate)] = rows
+    return {"seconds_per_run": seconds, "rounds": ROUNDS, "rates": rates}
