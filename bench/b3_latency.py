@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +57,12 @@ def latency_run(ctx: Context, label: str, rate: int, seconds: float, settings: d
     bridge = BridgeProcess(env, ctx.raw(f"logs/bridge-{label}.log")).start()
     try:
         bridge.wait_leading()
-        meter = CpuMeter(bridge.pid, url) if cpu else None
+        span = _cpu_span(bridge, url) if cpu else None
         schedule = Schedule.for_rate(rate, seconds)
         records = ctx.raw(f"commits/{label}.txt")
         writer = WriterProcess(pg_dsn(url.rsplit("/", 1)[1]), label, KEYS, schedule, records)
         written = writer.wait(timeout=seconds * 10 + 120)
-        cores = meter.stop() if meter is not None else None
+        cores = _cores(span.stop()) if span is not None else None
         if reader is not None:
             reader.wait_for(written["events"], timeout=300)
         else:
@@ -83,24 +82,16 @@ def latency_run(ctx: Context, label: str, rate: int, seconds: float, settings: d
     return result
 
 
-class CpuMeter:
-    """The cores the bridge process and its PostgreSQL sessions (`bridge_backends`) use from now until `stop`."""
+def _cpu_span(bridge: BridgeProcess, url: str) -> Any:
+    from bench.b8_debezium import CpuSpan, bridge_backends  # B8's samplers; imported only when asked for
 
-    def __init__(self, pid: int, url: str) -> None:
-        from bench.b8_debezium import bridge_backends, process_cpu
+    return CpuSpan(lambda: bridge.pid, bridge_backends(url))
 
-        self._pid, self._process_cpu = pid, process_cpu
-        self._database = bridge_backends(url)
-        self._database()
-        self._started, self._bridge = time.monotonic(), process_cpu(pid)
 
-    def stop(self) -> dict[str, float]:
-        try:
-            wall = time.monotonic() - self._started
-            bridge, database = self._process_cpu(self._pid) - self._bridge, self._database()
-        finally:
-            self._database.close()
-        return {"bridge": round(bridge / wall, 3), "database": round(database / wall, 3)}
+def _cores(used: tuple[float, float, float]) -> dict[str, float]:
+    """The cores the bridge process and its PostgreSQL sessions used over the span (`CpuSpan.stop`)."""
+    bridge, database, wall = used
+    return {"bridge": round(bridge / wall, 3), "database": round(database / wall, 3)}
 
 
 def commit_to_visible(seen: dict[int, float], records: Path) -> dict[str, float]:

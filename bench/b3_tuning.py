@@ -35,28 +35,28 @@ PERCENTILES = ("p50", "p95", "p99", "max")
 
 def run(ctx: Context) -> dict[str, Any]:
     seconds = ctx.sizes.b3_seconds
-    measured: dict[int, dict[str, list[dict[str, float]]]] = {rate: {name: [] for name in VARIANTS} for rate in RATES}
-    cores: dict[int, dict[str, list[dict[str, float]]]] = {rate: {name: [] for name in VARIANTS} for rate in RATES}
+    runs: dict[int, dict[str, list[dict[str, Any]]]] = {rate: {name: [] for name in VARIANTS} for rate in RATES}
     for round_number in range(1, ROUNDS + 1):
         for rate in RATES:
             for index, (name, settings) in enumerate(VARIANTS.items()):
                 result = latency_run(ctx, f"b3t{round_number}-{rate}-{index}", rate, seconds, settings, cpu=True)
                 if result["lost"]:
                     raise RuntimeError(f"B3-tuning {name} at {rate}/s lost {result['lost']} events")
-                measured[rate][name].append(result["latency_ms"])
-                cores[rate][name].append(result["cpu_cores"])
+                runs[rate][name].append(result)
                 log.info("B3 tuning round %d, %d/s, %-32s %s, cores %s", round_number, rate, name,
                          result["latency_ms"], result["cpu_cores"])
-    rates: dict[str, Any] = {}
-    for rate, variants in measured.items():
-        rows = {}
-        for name, runs in variants.items():
-            rows[name] = {
-                "settings": VARIANTS[name],
-                **{q: round(sum(r[q] for r in runs) / len(runs), 1) for q in PERCENTILES},
-                "p99_range": [min(r["p99"] for r in runs), max(r["p99"] for r in runs)],
-                **{f"{part}_cores": round(sum(c[part] for c in cores[rate][name]) / len(runs), 3)
-                   for part in ("bridge", "database")},
-            }
-        rates[str(rate)] = rows
-    return {"seconds_per_run": seconds, "rounds": ROUNDS, "rates": rates}
+    return {"seconds_per_run": seconds, "rounds": ROUNDS,
+            "rates": {str(rate): {name: _row(name, results) for name, results in variants.items()}
+                      for rate, variants in runs.items()}}
+
+
+def _row(name: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """A variant's means over its rounds: the latency percentiles, the range of p99, the cores."""
+    latencies = [r["latency_ms"] for r in results]
+    cores = [r["cpu_cores"] for r in results]
+    return {
+        "settings": VARIANTS[name],
+        **{q: round(sum(lat[q] for lat in latencies) / len(results), 1) for q in PERCENTILES},
+        "p99_range": [min(lat["p99"] for lat in latencies), max(lat["p99"] for lat in latencies)],
+        **{f"{part}_cores": round(sum(c[part] for c in cores) / len(results), 3) for part in ("bridge", "database")},
+    }

@@ -96,6 +96,25 @@ class DatabaseCpu:
         self._conn.close()
 
 
+class CpuSpan:
+    """CPU seconds a relay's process (`pid()`) and PostgreSQL's sessions for it (`database`) use from now until
+    `stop`, and the wall seconds in between."""
+
+    def __init__(self, pid: Callable[[], int | None], database: DatabaseCpu) -> None:
+        self._pid, self._database = pid, database
+        self._started = time.monotonic()
+        self._relay_before = process_cpu(pid())
+        database()
+
+    def stop(self) -> tuple[float, float, float]:
+        """(relay CPU s, database CPU s, wall s); closes the database counter."""
+        try:
+            relay, database = process_cpu(self._pid()) - self._relay_before, self._database()
+            return relay, database, time.monotonic() - self._started
+        finally:
+            self._database.close()
+
+
 #: The walsender serving a replication slot (none while no connector reads it).
 _WALSENDER = "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s AND active_pid IS NOT NULL"
 

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 from bench.b3_latency import commit_to_append, commit_to_visible
 from bench.b4_crash import run_for
-from bench.b8_debezium import DEBEZIUM_TUNING, PARTITIONS, connect, process_cpu
+from bench.b8_debezium import DEBEZIUM_TUNING, PARTITIONS, CpuSpan, connect
 from bench.b8_relays import EXACTLY_ONCE, BridgeRelay, DebeziumRelay, Lane, Relay
 from bench.context import Context
 from bench.stack import KAFKA1
@@ -185,20 +185,13 @@ class StreamingCpu:
     100,000 events: what relaying a steady stream costs, beside the backlog phases' cost."""
 
     def __init__(self, relay: Relay) -> None:
-        self.pid = relay.pid
-        self.database = relay.database_cpu()
-        self.started = time.monotonic()
-        self.relay_before = process_cpu(self.pid())
-        self.database()
+        self._span = CpuSpan(relay.pid, relay.database_cpu())
 
     def stop(self, events: int) -> dict[str, float]:
-        try:
-            relay, database = process_cpu(self.pid()) - self.relay_before, self.database()
-        finally:
-            self.database.close()
+        relay, database, wall = self._span.stop()
         per = 100_000 / max(events, 1)
         return {"relay_cpu_s_per_100k": round(relay * per, 2), "database_cpu_s_per_100k": round(database * per, 2),
-                "relay_cores": round(relay / max(time.monotonic() - self.started, 1e-6), 3)}
+                "relay_cores": round(relay / max(wall, 1e-6), 3)}
 
 
 def latency_rows(ctx: Context, relay: Relay) -> dict[str, Any]:
