@@ -63,13 +63,13 @@ def run(ctx: Context) -> dict[str, Any]:
         if "fraction_of_ceiling" in variant:
             variant["meets_target"] = variant["fraction_of_ceiling"] >= CEILING_FRACTION
     if sizes.b1_profile_events:
-        result["profile"] = profile(ctx, url, sizes.b1_profile_events)
+        result["profile"] = profile(ctx, "b1-pg-profile", url, sizes.b1_profile_events)
     return result
 
 
-def profile(ctx: Context, url: str, events: int) -> dict[str, Any]:
-    """An untimed 1-broker drain with py-spy attached; the top of the profile."""
-    profiled = drain(ctx, "b1-pg-profile", Target(url, KAFKA1, 1, KEYS), events, profile=True)
+def profile(ctx: Context, label: str, url: str, events: int) -> dict[str, Any]:
+    """An untimed 1-broker drain of the backlog at `url` with py-spy attached; the top of the profile."""
+    profiled = drain(ctx, label, Target(url, KAFKA1, 1, KEYS), events, profile=True)
     if profiled.profile is None or not profiled.profile.exists():
         return {"skipped": "py-spy is not installed; `pip install py-spy` to profile the bridge"}
     summary = summarize(profiled.profile)
