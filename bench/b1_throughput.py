@@ -13,7 +13,7 @@ from typing import Any
 from bench.backlog import Target, bridge_vs_ceiling, drain
 from bench.context import Context
 from bench.profiling import summarize
-from bench.stack import KAFKA1, KAFKA3, brokers_up, pg_dsn
+from bench.stack import KAFKA1, KAFKA3, brokers_up, pg_dsn, three_brokers
 from bench.targets import CEILING_FRACTION
 from bench.workload import Workload, load_postgres
 
@@ -51,25 +51,29 @@ def run(ctx: Context) -> dict[str, Any]:
                             sample_rss=True, plain_too=True, rounds=sizes.b1_rounds)
     ctx.shared["rss_1m"] = (sizes.b1_events_1broker, one.pop("_rss_samples"))
     result["variants"]["1 broker"] = one
-    if brokers_up(KAFKA3) != 3:
-        result["variants"]["3 brokers"] = {"skipped": f"the 3-broker cluster at {KAFKA3} did not answer with 3 brokers"}
-    else:
-        three = bridge_vs_ceiling(ctx, "b1-pg-3brokers", Target(url, KAFKA3, 3, KEYS), sizes.b1_events_3brokers)
-        three.pop("_rss_samples")
-        if brokers_up(KAFKA3) != 3:
-            three["warning"] = "a broker of the 3-broker cluster went away during the run (shared cluster)"
-        result["variants"]["3 brokers"] = three
+    with three_brokers(ctx.scratch):
+        result["variants"]["3 brokers"] = _three_brokers(ctx, url, sizes.b1_events_3brokers)
     for variant in result["variants"].values():
         if "fraction_of_ceiling" in variant:
             variant["meets_target"] = variant["fraction_of_ceiling"] >= CEILING_FRACTION
     if sizes.b1_profile_events:
-        result["profile"] = profile(ctx, url, sizes.b1_profile_events)
+        result["profile"] = profile(ctx, "b1-pg-profile", url, sizes.b1_profile_events)
     return result
 
 
-def profile(ctx: Context, url: str, events: int) -> dict[str, Any]:
-    """An untimed 1-broker drain with py-spy attached; the top of the profile."""
-    profiled = drain(ctx, "b1-pg-profile", Target(url, KAFKA1, 1, KEYS), events, profile=True)
+def _three_brokers(ctx: Context, url: str, events: int) -> dict[str, Any]:
+    if brokers_up(KAFKA3) != 3:
+        return {"skipped": f"the 3-broker cluster at {KAFKA3} did not answer with 3 brokers"}
+    three = bridge_vs_ceiling(ctx, "b1-pg-3brokers", Target(url, KAFKA3, 3, KEYS), events)
+    three.pop("_rss_samples")
+    if brokers_up(KAFKA3) != 3:
+        three["warning"] = "a broker of the 3-broker cluster went away during the run (shared cluster)"
+    return three
+
+
+def profile(ctx: Context, label: str, url: str, events: int) -> dict[str, Any]:
+    """An untimed 1-broker drain of the backlog at `url` with py-spy attached; the top of the profile."""
+    profiled = drain(ctx, label, Target(url, KAFKA1, 1, KEYS), events, profile=True)
     if profiled.profile is None or not profiled.profile.exists():
         return {"skipped": "py-spy is not installed; `pip install py-spy` to profile the bridge"}
     summary = summarize(profiled.profile)

@@ -1,12 +1,15 @@
-"""B3 tuning sweep: the two waits on the way from a commit to Kafka, one at a time and together.
+"""B3 tuning sweep: what a committed row waits for on its way to Kafka, one setting at a time.
 
-A committed row waits twice before its record leaves the bridge: for the next read (a read that caught up
-holds the next one back for `BRIDGE_POLL_INTERVAL_MIN_MS`, so that a trickle of commits is read a few at a
-time) and in the producer's batch (`BRIDGE_LINGER_MS`). Both default to 5 ms. Each variant is a B3 run
+A committed row waits for the next read: a read that caught up holds the next one back for
+`BRIDGE_POLL_INTERVAL_MIN_MS` (2 ms; 5 ms before), so that a trickle of commits is read a few at a time. What
+that read sent goes out at once (the daemon flushes the tail rather than waiting out `BRIDGE_LINGER_MS`, which
+only a backlog fills), so the linger should no longer count; its row checks that. Every
+`BRIDGE_PERSIST_INTERVAL_S` the loop stops to persist the watermark and renew the lease (a few database round
+trips): its row shows what those pauses do to the tail. Each variant is a B3 run
 (`bench.b3_latency.latency_run`: writers on an open-loop schedule, latency from commit to the record's
 LogAppendTime); the variants run round-robin, ROUNDS times, at each rate, so slow spells of the shared machine
 spread over all of them. What a variant costs in throughput is B1-tuning's to say (its linger rows); a
-poll interval does not act on a backlog, where every read is full. What it costs at these rates is CPU: the
+read interval does not act on a backlog, where every read is full. What it costs at these rates is CPU: the
 cores the bridge process and its PostgreSQL sessions used while the writers ran, measured beside each run.
 """
 
@@ -25,9 +28,10 @@ RATES = (1_000, 5_000)
 
 VARIANTS: dict[str, dict[str, str | int]] = {
     "defaults": {},
-    "linger 0 ms": {"BRIDGE_LINGER_MS": 0},
+    "read interval 5 ms (the first default)": {"BRIDGE_POLL_INTERVAL_MIN_MS": 5},
     "read interval 1 ms": {"BRIDGE_POLL_INTERVAL_MIN_MS": 1},
-    "linger 0 ms, read interval 1 ms": {"BRIDGE_LINGER_MS": 0, "BRIDGE_POLL_INTERVAL_MIN_MS": 1},
+    "linger 0 ms": {"BRIDGE_LINGER_MS": 0},
+    "watermark persisted every 4 s": {"BRIDGE_PERSIST_INTERVAL_S": 4},
 }
 
 PERCENTILES = ("p50", "p95", "p99", "max")

@@ -29,6 +29,8 @@ class Sizes:
     b1_delivery_events: int
     b1_profile_events: int
     b2_events: int
+    #: Rounds of ceiling, bridge, ceiling for B2; it reports the round with the median fraction.
+    b2_rounds: int
     b3_seconds: float
     b3_rates: tuple[int, ...]
     b4_crashes: int
@@ -51,12 +53,13 @@ FULL = Sizes(
     b1_events_1broker=1_000_000,
     b1_rounds=3,
     b1_events_3brokers=500_000,
-    b1_tuning_events=200_000,
+    b1_tuning_events=1_000_000,
     b1_tracing_events=200_000,
     b1_formats_events=200_000,
     b1_delivery_events=200_000,
     b1_profile_events=250_000,
     b2_events=500_000,
+    b2_rounds=3,
     b3_seconds=30.0,
     b3_rates=(1_000, 5_000, 20_000),
     b4_crashes=20,
@@ -82,6 +85,7 @@ QUICK = Sizes(
     b1_delivery_events=20_000,
     b1_profile_events=0,
     b2_events=20_000,
+    b2_rounds=1,
     b3_seconds=5.0,
     b3_rates=(1_000, 5_000),
     b4_crashes=3,

@@ -102,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     run_id = datetime.now(UTC).strftime("r%m%d%H%M%S")
     raw_dir = RESULTS / "raw" / run_id
     raw_dir.mkdir(parents=True, exist_ok=True)
-    needs_three = "B1" in selected
-    ensure_stack(need_three_brokers=needs_three)
+    ensure_stack()
     ctx = Context(run_id=run_id, quick=args.quick, sizes=QUICK if args.quick else FULL, raw_dir=raw_dir,
                   scratch=Scratch(run_id), shared={})
     core = install_bridge(raw_dir / "dist")

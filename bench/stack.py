@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,8 +58,8 @@ def brokers_up(bootstrap: str, timeout: float = 10.0) -> int:
         return 0
 
 
-def ensure_stack(need_three_brokers: bool) -> None:
-    """Start PostgreSQL and the 1-broker cluster (and the 3-broker one) unless they already answer."""
+def ensure_stack() -> None:
+    """Start PostgreSQL and the 1-broker cluster unless they already answer (the 3-broker one: `three_brokers`)."""
     brokers = _main_cluster_brokers()
     if brokers not in (None, 1):
         raise StackUnavailable(
@@ -66,9 +68,24 @@ def ensure_stack(need_three_brokers: bool) -> None:
     if not _pg_answers() or brokers_up(KAFKA1, timeout=5) != 1:
         log.info("starting the local stack (PostgreSQL, Kafka 1 broker)")
         _localstack("up", "--brokers", "1")
-    if need_three_brokers and brokers_up(KAFKA3, timeout=5) != 3:
+
+
+@contextmanager
+def three_brokers(scratch: Scratch) -> Iterator[None]:
+    """The 3-broker cluster for the length of the block, stopped after it (this run's topics removed first) if
+    the block started it: idle, its four JVMs took a fifth of the two cores from every benchmark run beside
+    them (B1's 1-broker bridge drained at 56,000 events/s with it up, 80,000 without, r1206214550)."""
+    started = brokers_up(KAFKA3, timeout=5) != 3
+    if started:
         log.info("starting the 3-broker Kafka cluster %s", KAFKA3_CLUSTER)
         _localstack("kafka-up", "--cluster", KAFKA3_CLUSTER, "--brokers", "3", "--port", str(KAFKA3_PORT))
+    try:
+        yield
+    finally:
+        if started:
+            scratch.remove_topics(KAFKA3)
+            log.info("stopping the 3-broker Kafka cluster %s", KAFKA3_CLUSTER)
+            _localstack("kafka-down", "--cluster", KAFKA3_CLUSTER)
 
 
 def schema_registry_url() -> str:
@@ -143,22 +160,27 @@ class Scratch:
         admin.create_topics([NewTopic(topic, partitions, replication, config=settings)])[topic].result(60)
         return topic
 
+    def remove_topics(self, bootstrap: str) -> None:
+        """Delete this run's topics on one cluster now (`cleanup` does it for every cluster at the end)."""
+        try:
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            topics = [t for t in admin.list_topics(timeout=30).topics if t.startswith(self.topic_prefix)]
+            for topic, future in (admin.delete_topics(topics) if topics else {}).items():
+                try:
+                    future.result(60)
+                except KafkaException as exc:
+                    log.warning("could not delete topic %s: %s", topic, exc)
+        except KafkaException as exc:
+            log.warning("could not list topics on %s for cleanup: %s", bootstrap, exc)
+        self.topic_clusters.discard(bootstrap)
+
     def use_cluster(self, bootstrap: str) -> None:
         """Remember a cluster the bridge may create topics on, so cleanup looks there too."""
         self.topic_clusters.add(bootstrap)
 
     def cleanup(self) -> None:
         for bootstrap in sorted(self.topic_clusters):
-            try:
-                admin = AdminClient({"bootstrap.servers": bootstrap})
-                topics = [t for t in admin.list_topics(timeout=30).topics if t.startswith(self.topic_prefix)]
-                for topic, future in (admin.delete_topics(topics) if topics else {}).items():
-                    try:
-                        future.result(60)
-                    except KafkaException as exc:
-                        log.warning("could not delete topic %s: %s", topic, exc)
-            except KafkaException as exc:
-                log.warning("could not list topics on %s for cleanup: %s", bootstrap, exc)
+            self.remove_topics(bootstrap)
         for db in self.databases:
             for attempt in range(5):
                 try:

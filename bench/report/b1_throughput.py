@@ -16,7 +16,7 @@ def _one_broker_goal(label: str, variant: dict[str, Any]) -> str:
     if label != "1 broker":
         return ""
     met = variant["fraction_of_ceiling"] >= B1_ONE_BROKER_FRACTION
-    return f"; #13's goal on one broker, >= {B1_ONE_BROKER_FRACTION:.0%}: {verdict(met)}"
+    return f"; #33's goal on one broker, >= {B1_ONE_BROKER_FRACTION:.0%}: {verdict(met)}"
 
 
 def summary(bench: dict[str, Any]) -> list[str]:
@@ -121,7 +121,7 @@ def section(results: dict[str, Any], plots: Plots) -> str:
     lines += _tuning(bench.get("B1-tuning"), plots)
     lines += [*_tracing(bench.get("B1-tracing")), ""]
     lines += _formats(bench.get("B1-formats"))
-    lines += _profile(b1.get("profile"))
+    lines += profile_lines(b1.get("profile"))
     return "\n".join(lines) + "\n"
 
 
@@ -199,12 +199,12 @@ def _variants(title: str, intro: str, columns: list[str], cells: dict[str, list[
     return lines
 
 
-def _profile(profile: dict[str, Any] | None) -> list[str]:
+def profile_lines(profile: dict[str, Any] | None, heading: str = "### Profile of the bridge (py-spy)") -> list[str]:
     """Where the bridge's time goes (py-spy), as self time by line beside inclusive time by function."""
     lines: list[str] = []
     if profile and profile.get("self"):
         lines += [
-            "### Profile of the bridge (py-spy)",
+            heading,
             "",
             f"A separate, untimed drain of {profile['events']:,} events with py-spy attached at "
             f"{profile['sampling_hz']} Hz for {profile['seconds_profiled']} s ({profile['samples']:,} samples, "

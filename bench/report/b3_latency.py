@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.report.cells import DASH, Plots, num, problem, problem_row, problem_section, verdict
-from bench.targets import B3_P99_MS, B3_RATE, STATED
+from bench.targets import B3_GOAL_P99_MS, B3_GOAL_RATES, B3_P99_MS, B3_RATE, STATED
 
 TITLE = "B3: commit-to-ack latency"
 
@@ -21,11 +21,13 @@ def summary(bench: dict[str, Any]) -> list[str]:
         lat = r["latency_ms"]
         at_target = int(rate) == B3_RATE
         lost = f"; **{r['lost']:,} event{'s' if r['lost'] != 1 else ''} lost**" if r.get("lost") else ""
+        stated = f"p99 <= {B3_P99_MS:.0f} ms" if at_target else "report what is achieved"
+        if int(rate) in B3_GOAL_RATES and lat.get("p99") is not None:
+            stated += f"; #33's goal, p99 <= {B3_GOAL_P99_MS:.0f} ms: {verdict(lat['p99'] <= B3_GOAL_P99_MS)}"
         rows.append(
             f"| B3 | latency at {int(rate):,}/s offered ({r['writer']['achieved_rate']:,.0f}/s written) | "
             f"p50 {num(lat.get('p50'), 1)}, p95 {num(lat.get('p95'), 1)}, p99 {num(lat.get('p99'), 1)}, "
-            f"max {num(lat.get('max'), 1)} ms{lost} | {DASH} | "
-            f"{f'p99 <= {B3_P99_MS:.0f} ms' if at_target else 'report what is achieved'} | "
+            f"max {num(lat.get('max'), 1)} ms{lost} | {DASH} | {stated} | "
             f"{verdict(b3.get('meets_target')) if at_target else DASH} |")
     return rows
 
@@ -61,15 +63,18 @@ def section(results: dict[str, Any], plots: Plots) -> str:
 
 
 def _tuning(tuning: dict[str, Any] | None) -> list[str]:
-    """B3-tuning: the read interval and the producer's linger, one at a time and together (`bench/b3_tuning.py`)."""
+    """B3-tuning: the read interval, the producer's linger and the persist interval, one at a time
+    (`bench/b3_tuning.py`)."""
     if not tuning or problem(tuning) or not tuning.get("rates"):
         return []
     lines = [
         "",
         "### Tuning tried",
         "",
-        "The two waits a committed row meets before its record leaves the bridge: the read interval after a read that "
-        "caught up (`BRIDGE_POLL_INTERVAL_MIN_MS`) and the producer's linger (`BRIDGE_LINGER_MS`). Each variant is a "
+        "What a committed row waits for before its record leaves the bridge: the read interval after a read that "
+        "caught up (`BRIDGE_POLL_INTERVAL_MIN_MS`), the producer's linger (`BRIDGE_LINGER_MS`, which the tail no "
+        "longer waits out: a read that caught up has its records sent at once), and the loop's pause to persist "
+        "the watermark (`BRIDGE_PERSIST_INTERVAL_S`). Each variant is a "
         f"run as above of {tuning['seconds_per_run']:.0f} s, {tuning['rounds']} rounds round-robin (mean of the "
         "rounds, and the range of p99); none lost an event. Cores: CPU seconds per second of the bridge process and "
         "of its PostgreSQL sessions while the writers ran. Their cost in throughput: B1's tuning sweep (linger) "

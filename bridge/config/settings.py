@@ -97,7 +97,7 @@ class BridgeSettings(LayeredSettings):
         default=1.0, gt=0, le=3600, description="seconds between watermark writes"
     )
     poll_interval_min_ms: int = Field(
-        default=5, ge=1, le=60_000, description="least time between outbox reads once caught up"
+        default=2, ge=1, le=60_000, description="least time between outbox reads once caught up"
     )
     poll_interval_max_ms: int = Field(
         default=1000, ge=1, le=60_000, description="outbox poll interval when idle"

@@ -23,6 +23,7 @@ from bridge.core.watermark import AckTracker
 from bridge.daemon import exactly_once, rewinds, step_failures
 from bridge.daemon.ending import STOPPED, Ending
 from bridge.daemon.in_flight import InFlight
+from bridge.daemon.pace import ReadPace
 from bridge.daemon.term_parts import TermParts
 from bridge.errors import (
     DatabaseLoginError,
@@ -62,10 +63,7 @@ class Term:
         #: Seqs at or below this were deleted before this bridge published them, and the operator accepted it
         #: (`--start-from`): gaps there are deleted rows, not rolled-back transactions.
         self._deleted_through = deleted_through
-        #: When the next outbox read may start: a read that found fewer rows than it asked for (the bridge has
-        #: caught up) holds the next one back for `poll_interval_min_s`, so a trickle of commits is read a few
-        #: rows at a time, not one query per row. 0 after a full read: a backlog reads at once.
-        self._next_read_at = 0.0
+        self._pace = ReadPace(settings.poll_interval_min_s)
         self.publisher = self._new_publisher()
         #: Exactly-once: what Kafka committed is still to be asked, after the new producer fenced its predecessors.
         self._resume_pending = parts.committed is not None
@@ -99,9 +97,9 @@ class Term:
                     self._checkpoint()
                     checkpointed_at = now
                 read_any = False
-                if now < self._next_read_at:
+                if now < self._pace.next_read_at:
                     # Caught up: let the next rows gather; acks are still handled meanwhile.
-                    self.publisher.poll(self._next_read_at - now)
+                    self._pace.wait(self.publisher, self._pace.next_read_at - now)
                     continue
                 if tracker.has_room(0):
                     try:
@@ -118,7 +116,7 @@ class Term:
                 if tracker.unacked_count:
                     # Waiting for acks: poll returns as soon as one arrives, so this costs no latency,
                     # and while Kafka is unreachable it keeps the loop from querying the outbox hot.
-                    self.publisher.poll(idle_wait)
+                    self._pace.wait(self.publisher, idle_wait)
                 else:
                     self.reader.wait(idle_wait)
                 idle_wait = min(idle_wait * 2, settings.poll_interval_max_s)
@@ -248,7 +246,7 @@ class Term:
         started = time.monotonic()
         batch = self.reader.poll(tracker.position, limit)
         caught_up = len(batch.rows) < limit
-        self._next_read_at = started + settings.poll_interval_min_s if caught_up else 0.0
+        self._pace.read(started, caught_up)
         metrics.horizon_held_back.set(1 if batch.waiting_on is not None else 0)
         if not batch.rows:
             return False
@@ -283,6 +281,7 @@ class Term:
                     break  # and nothing after it until it is acknowledged
             return sent_any
         finally:
+            self._pace.sent(caught_up, sent_any)
             metrics.in_flight_events.set(tracker.in_flight_count)
             metrics.in_flight_bytes.set(tracker.in_flight_bytes)
 

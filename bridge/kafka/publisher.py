@@ -66,6 +66,12 @@ class Publisher(Protocol):
         """Wait up to `timeout` seconds until everything sent is reported; return how many are still unsent."""
         ...
 
+    def send_queued(self, timeout: float) -> int:
+        """Send what is queued now rather than when its batch's linger.ms runs out, serving reports meanwhile for
+        up to `timeout` seconds; the daemon's wait after a read that caught up (nothing more will join those
+        batches). Returns how many records are still unanswered."""
+        ...
+
     def close(self, timeout: float = ...) -> None:
         """Finish for good within about `timeout` seconds, every record sent reported by then, delivered or not."""
         ...
@@ -178,6 +184,16 @@ class KafkaPublisher:
         except KafkaException as exc:
             self._note_fatal(exc)
             return len(self._producer)
+        except SystemError as exc:
+            # librdkafka's flush serves reports in a loop and goes on after a fatal error was raised, so the next
+            # report's callback fails with the error still set (`flush`'s docstring): this producer is done for,
+            # like after any fatal error. Its reports that were lost do not matter: the term discards it and sends
+            # again from the watermark.
+            if self.failure is None or not self.failure.fatal:
+                cause = exc.__cause__ or exc.__context__
+                self.failure = DeliveryFailure(None, KafkaError._FATAL, f"{cause or exc}", fatal=True)
+            log.error("fatal producer error while serving reports", extra={"error": str(exc)})
+            return len(self._producer)
 
     def _note_fatal(self, exc: KafkaException) -> None:
         err = exc.args[0] if exc.args else None
@@ -192,6 +208,11 @@ class KafkaPublisher:
 
     def poll(self, timeout: float) -> int:
         return self._serve(self._producer.poll, timeout)
+
+    def send_queued(self, timeout: float) -> int:
+        # librdkafka ignores linger.ms while a flush runs, and wakes its broker threads to send at once; the call
+        # must last until they have woken (one ending before stays unheard), so it waits at least a millisecond.
+        return self._serve(self._producer.flush, max(timeout, MIN_WAIT_S))
 
     def flush(self, timeout: float) -> int:
         """Wait up to `timeout` seconds for outstanding deliveries; return how many are still unsent.

@@ -102,6 +102,11 @@ class InMemoryPublisher:
             self.failure = DeliveryFailure(seq, err.code(), err.str(), fatal=err.fatal())
         self._on_delivery(seq, generation, err)
 
+    def send_queued(self, timeout: float) -> int:
+        """Nothing lingers here: as `poll`, and returns how many records are still unanswered."""
+        self.poll(timeout)
+        return len(self._queued)
+
     def flush(self, timeout: float) -> int:
         """Serve every report the broker gives; returns how many records are still unanswered (while held)."""
         self.poll(timeout if self.hold else 0)

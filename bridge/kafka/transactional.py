@@ -219,6 +219,10 @@ class TransactionalPublisher(KafkaPublisher):
             served += self._commit(self._policy.init_timeout_s)
         return served
 
+    def send_queued(self, timeout: float) -> int:
+        # Records of a transaction are seen when it commits, on the policy's clock (`poll`), not when they are sent.
+        return self.poll(timeout)
+
     def flush(self, timeout: float) -> int:
         """Wait up to `timeout` seconds for everything sent, and commit it; return how many records are still
         unreported."""

@@ -160,3 +160,33 @@ class TestTransactionalPublisher(TestKafkaPublisher):
         finally:
             old.close(0)
         assert sorted(seq for _, seq in landed(topic)) == [1, 2], "a read_committed consumer sees each once"
+
+
+def test_send_queued_sends_at_once_what_linger_would_hold_back(
+    kafka_bootstrap: str, sqlite_url: str, topic_factory: Callable[..., str]
+) -> None:
+    """The daemon's wait after a read that caught up: `send_queued` has librdkafka send what it holds without
+    waiting out linger.ms (there at its longest, 3 s), where `poll` leaves it lingering."""
+    linger_s = 3.0
+    settings = {**producer_settings(bridge_config(sqlite_url, kafka_bootstrap).producer).conf,
+                "linger.ms": int(linger_s * 1000)}
+    topic = _led(kafka_bootstrap, topic_factory("send-queued", partitions=1), 1)
+    reports = Reports()
+    publisher = KafkaPublisher(settings, reports)
+    try:
+        publisher.send(record(1, topic), GENERATION)  # the connection and the producer id: a first send's cost
+        assert publisher.flush(30) == 0
+        publisher.send(record(2, topic), GENERATION)
+        waited_until = time.monotonic() + 0.5
+        while time.monotonic() < waited_until:
+            publisher.poll(0.05)
+        assert reports.seqs() == [1], "poll served a report linger.ms was still holding back"
+        started = time.monotonic()
+        while len(reports.seen) < 2 and time.monotonic() - started < linger_s:
+            publisher.send_queued(0.01)
+        took = time.monotonic() - started
+        assert reports.seen == [(1, GENERATION, None), (2, GENERATION, None)]
+        assert took < linger_s / 3, f"send_queued took {took:.2f} s: the record waited for linger.ms"
+        assert publisher.failure is None
+    finally:
+        publisher.close(0)

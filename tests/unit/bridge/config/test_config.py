@@ -47,7 +47,7 @@ def test_defaults_match_the_design() -> None:
     assert config.topic_template == "outbox.event.{aggregate_type}"
     assert (config.max_in_flight, config.max_in_flight_bytes) == (10_000, 64 * 1024 * 1024)
     assert (config.read_batch_size, config.persist_interval_s) == (1000, 1.0)
-    assert (config.poll_interval_min_ms, config.poll_interval_max_ms) == (5, 1000)
+    assert (config.poll_interval_min_ms, config.poll_interval_max_ms) == (2, 1000)
     assert config.lease_timeout_s == 10
     assert config.poison_policy is PoisonPolicy.HALT
     assert config.dlq_topic_name == "outbox.dlq.default"
