@@ -3,6 +3,7 @@ ceiling) and the bare read-and-produce loop, with the tuning tried, tracing off 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from bench.report.cells import DASH, Plots, num, problem, problem_row, problem_section, verdict
@@ -103,15 +104,9 @@ def section(results: dict[str, Any], plots: Plots) -> str:
                 + (f". The main thread and the other Python threads take turns on the interpreter's lock: "
                    f"together {python_share:.0%} of one core." if "other Python threads" in threads else
                    ". The bridge runs its Python in the main thread alone.")]
-        rounds = v.get("rounds")
-        if rounds:
-            lines += ["", f"{label}: {len(rounds)} rounds of the whole sequence; the table shows the round with the "
-                      "median bridge / ceiling. Every round (bridge events/s, ceiling before / after, bridge / ceiling"
-                      "; core as plain Python; read-and-produce):", ""]
-            lines += [f"- round {i}: {num(r['bridge_events_per_s'])}, {num(r['ceiling_before_events_per_s'])} / "
-                      f"{num(r['ceiling_after_events_per_s'])}, **{r['fraction_of_ceiling']:.0%}**; "
-                      f"{num(r.get('plain_python_events_per_s'))}; {num(r.get('read_and_produce_events_per_s'))}"
-                      for i, r in enumerate(rounds, 1)]
+        lines += round_lines(v.get("rounds"), f"{label}: ", "; core as plain Python; read-and-produce",
+                             lambda r: f"; {num(r.get('plain_python_events_per_s'))}; "
+                                       f"{num(r.get('read_and_produce_events_per_s'))}")
     settings = next((v["ceiling"]["producer_settings"] for v in b1["variants"].values() if "ceiling" in v), {})
     if settings:
         shown = {k: v for k, v in settings.items() if k not in ("bootstrap.servers", "client.id")}
@@ -123,6 +118,19 @@ def section(results: dict[str, Any], plots: Plots) -> str:
     lines += _formats(bench.get("B1-formats"))
     lines += profile_lines(b1.get("profile"))
     return "\n".join(lines) + "\n"
+
+
+def round_lines(rounds: list[dict[str, Any]] | None, prefix: str = "", more: str = "",
+                more_cells: Callable[[dict[str, Any]], str] = lambda _r: "") -> list[str]:
+    """Every round of a drain run in rounds (`bench.backlog.bridge_vs_ceiling`), with `more` columns named in the
+    heading and given by `more_cells`."""
+    if not rounds:
+        return []
+    return ["", f"{prefix}{len(rounds)} rounds of the whole sequence; the table shows the round with the median "
+            f"bridge / ceiling. Every round (bridge events/s, ceiling before / after, bridge / ceiling{more}):", "",
+            *(f"- round {i}: {num(r['bridge_events_per_s'])}, {num(r['ceiling_before_events_per_s'])} / "
+              f"{num(r['ceiling_after_events_per_s'])}, **{r['fraction_of_ceiling']:.0%}**{more_cells(r)}"
+              for i, r in enumerate(rounds, 1))]
 
 
 def _tuning(tuning: dict[str, Any] | None, plots: Plots) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.report.b1_throughput import profile_lines
+from bench.report.b1_throughput import profile_lines, round_lines
 from bench.report.cells import Plots, num, problem, problem_row, problem_section, verdict
 from bench.targets import B2_GOAL_FRACTION, STATED
 
@@ -42,17 +42,8 @@ def section(results: dict[str, Any], plots: Plots) -> str:
         f"| {b['events']:,} | {num(b['events_per_s'])} | {num(b['payload_mb_per_s'], 1)} | "
         f"{num(c['before_events_per_s'])} / {num(c['after_events_per_s'])} | {b2['fraction_of_ceiling']:.0%} | "
         f"{verdict(b2.get('meets_target'))} |",
-        *_rounds(b2.get("rounds")),
+        *round_lines(b2.get("rounds")),
         "",
         *profile_lines(b2.get("profile"), "### Profile of the bridge on SQLite (py-spy)"),
     ]) + "\n"
 
-
-def _rounds(rounds: list[dict[str, Any]] | None) -> list[str]:
-    if not rounds:
-        return []
-    return ["", f"{len(rounds)} rounds of the whole sequence; the table shows the round with the median bridge / "
-            "ceiling. Every round (bridge events/s, ceiling before / after, bridge / ceiling):", "",
-            *(f"- round {i}: {num(r['bridge_events_per_s'])}, {num(r['ceiling_before_events_per_s'])} / "
-              f"{num(r['ceiling_after_events_per_s'])}, **{r['fraction_of_ceiling']:.0%}**"
-              for i, r in enumerate(rounds, 1))]

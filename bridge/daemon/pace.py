@@ -27,9 +27,10 @@ class ReadPace:
         """A read that started at `started` returned; `caught_up` when it found fewer rows than it asked for."""
         self.next_read_at = started + self._interval_s if caught_up else 0.0
 
-    def sent(self, caught_up: bool, sent_any: bool) -> None:
-        """The records of that read were handed to the producer (`sent_any`: at least one)."""
-        self._tail_queued = caught_up and sent_any
+    def sent(self, sent_any: bool) -> None:
+        """The records of that read were handed to the producer (`sent_any`: at least one); they are the tail if it
+        caught up."""
+        self._tail_queued = sent_any and self.next_read_at > 0.0
 
     def wait(self, publisher: Publisher, timeout: float) -> None:
         """Serve delivery reports for up to `timeout` seconds; a tail the last read sent goes out at once."""

@@ -281,7 +281,7 @@ class Term:
                     break  # and nothing after it until it is acknowledged
             return sent_any
         finally:
-            self._pace.sent(caught_up, sent_any)
+            self._pace.sent(sent_any)
             metrics.in_flight_events.set(tracker.in_flight_count)
             metrics.in_flight_bytes.set(tracker.in_flight_bytes)
 
