@@ -4,6 +4,7 @@
 - `term`: `Term`, one leadership term (read, send, checkpoint as numbered steps, rewind, rebuild), which
   returns how it ended (`Ending`); `term_parts`: what every term of an instance works with;
 - `in_flight`: the records a term has sent, and what their delivery reports do;
+- `checkpoints`: when a term checkpoints, its statements on a worker thread beside the loop;
 - `persisting`: what each persist writes (watermark, status, dead letters) under the lease;
 - `assemble`: `build_daemon`, the daemon wired from the configuration, each part given its section;
 - `leadership`: the lease (stand by, take, renew with each persist, the monotonic send deadline);

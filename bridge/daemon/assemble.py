@@ -33,7 +33,7 @@ from bridge.kafka.transaction_policy import TransactionPolicy
 from bridge.kafka.transactional import ABORTED, COMMITTED, TransactionalPublisher
 from bridge.metrics import BridgeMetrics
 from bridge.schemas.values import SchemaValues
-from bridge.store.engine import make_engine, make_reader
+from bridge.store.engine import any_thread, make_engine, make_reader
 from bridge.store.failures import store_error
 from bridge.store.instances import InstanceBoard
 from bridge.store.invariants import check_never_skip
@@ -156,6 +156,7 @@ def build_daemon(
         outbox=database.masked_url,
         values=SchemaValues(catalog) if catalog is not None else None,
         committed=committed if transactions is not None else None,
+        checkpoint_worker=any_thread(engine),
     )
 
 

@@ -101,6 +101,7 @@ class BridgeDaemon:
         outbox: str = "",
         values: SchemaValues | None = None,
         committed: Callable[[int], int | None] | None = None,
+        checkpoint_worker: bool = False,
     ) -> None:
         if (retention is None) != (retention_pass is None):
             raise ValueError("retention and retention_pass go together")
@@ -125,6 +126,7 @@ class BridgeDaemon:
                             on_dead_letter=persisting.dead_letter_sent, outbox=outbox, values=values),
             refusals=refusals, settled=SettledHoles(), persisting=persisting, tally=self._tally,
             metrics=self.metrics, stop=self._stop, kafka_conf=kafka_conf, committed=committed,
+            checkpoint_worker=checkpoint_worker,
         )
         #: Seqs at or below this were deleted before this bridge published them, and the operator accepted it
         #: (`--start-from`): gaps there are deleted rows, not rolled-back transactions.

@@ -2,12 +2,15 @@
 dead letters the watermark passes, in one fenced write that renews the lease; then the dead-letter gauges.
 
 A dead letter is sent when its row is read, and put on record with the first persist whose watermark passes
-its seq, in the same transaction: once retention can see the new watermark, it sees the dead letter too.
+its seq, in the same transaction: once retention can see the new watermark, it sees the dead letter too. A
+persist may run on the checkpoint's worker thread while the loop sends (`bridge.daemon.checkpoints`): the dead
+letters not yet on record are kept under a lock.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -43,16 +46,19 @@ class Persisting:
         self._instance_id = instance_id
         self._delivery = delivery  # BRIDGE_DELIVERY, as the leader runs it
         self._dead_letters: list[DeadLetter] = []
+        self._dead_letters_lock = threading.Lock()
 
     def dead_letter_sent(self, letter: DeadLetter) -> None:
         """A dead letter went to its topic: it is recorded with the first persist past its seq."""
-        self._dead_letters.append(letter)
+        with self._dead_letters_lock:
+            self._dead_letters.append(letter)
 
     def forget_dead_letters(self, above: int | None = None) -> None:
         """Forget the dead letters not on record above seq `above` (all of them when None): they are sent again
         after a rewind, or, at a new term, the leader that persisted past them recorded them."""
-        self._dead_letters[:] = [] if above is None else [letter for letter in self._dead_letters
-                                                          if letter.seq <= above]
+        with self._dead_letters_lock:
+            self._dead_letters[:] = [] if above is None else [letter for letter in self._dead_letters
+                                                              if letter.seq <= above]
 
     def persist(self, renew: Renewal, tracker: AckTracker, reader: OutboxReader) -> None:
         """Write the watermark and the status with `renew`, then set the dead-letter gauges."""
@@ -73,10 +79,13 @@ class Persisting:
 
     def renew(self, renew: Renewal, watermark: int, status: dict[str, Any]) -> None:
         """Persist and renew, recording the dead letters the watermark passes in the same write."""
-        passed = [letter for letter in self._dead_letters if letter.seq <= watermark]
+        with self._dead_letters_lock:
+            passed = [letter for letter in self._dead_letters if letter.seq <= watermark]
         renew(watermark, status, dead_letters=passed)
         if passed:
-            self._dead_letters[:] = [letter for letter in self._dead_letters if letter.seq > watermark]
+            recorded = {id(letter) for letter in passed}
+            with self._dead_letters_lock:
+                self._dead_letters[:] = [letter for letter in self._dead_letters if id(letter) not in recorded]
             log.info("dead letters on record", extra={"seqs": [letter.seq for letter in passed][:20]})
 
     def _report_dead_letters(self) -> None:

@@ -8,19 +8,22 @@ it is asked to stop, the lease is lost, or something retrying cannot fix happens
 Exactly-once (`parts.committed` set): deliveries are reported once their transaction committed; see `exactly_once`.
 
 One thread: serve delivery reports, checkpoint on an interval (late rows, persist and renew, rewind
-requests), read while the in-flight window has room, and wait for new rows when idle. A failed delivery
-discards the producer and rewinds to the watermark; a failed read or topic check backs off and retries.
+requests; their statements on a worker thread, `checkpoints`), read while the in-flight window has room, and
+wait for new rows when idle. A failed delivery discards the producer and rewinds to the watermark; a failed
+read or topic check backs off and retries.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 from bridge.backoff import Backoff, BackoffPolicy
 from bridge.core.holes import SeqRange
 from bridge.core.watermark import AckTracker
 from bridge.daemon import exactly_once, rewinds, step_failures
+from bridge.daemon.checkpoints import Checkpoints, look
 from bridge.daemon.ending import STOPPED, Ending
 from bridge.daemon.in_flight import InFlight
 from bridge.daemon.pace import ReadPace
@@ -64,6 +67,11 @@ class Term:
         #: (`--start-from`): gaps there are deleted rows, not rolled-back transactions.
         self._deleted_through = deleted_through
         self._pace = ReadPace(settings.poll_interval_min_s)
+        self._checkpoints = Checkpoints(
+            settings, time.monotonic(), self.leadership.expired, self._checkpoint, self._tally.error,
+            # The statements the worker runs; the settled holes are taken in the loop, which changes them.
+            look=lambda: partial(look, self.reader, self._settled.recent(), self._renew, parts.offsets.pending_rewind),
+            worker=parts.checkpoint_worker)
         self.publisher = self._new_publisher()
         #: Exactly-once: what Kafka committed is still to be asked, after the new producer fenced its predecessors.
         self._resume_pending = parts.committed is not None
@@ -71,7 +79,6 @@ class Term:
     def run(self) -> Ending:
         settings = self.settings
         tracker = self.tracker
-        checkpointed_at = time.monotonic()
         backoff = Backoff(BackoffPolicy(initial_s=0.05, cap_s=5.0))
         idle_min = settings.poll_interval_min_s
         idle_wait = idle_min
@@ -81,6 +88,7 @@ class Term:
                 self.in_flight.flush_published()
                 if (failure := self.publisher.failure) is not None:
                     if self._parts.committed is not None:  # exactly-once only
+                        self._checkpoints.finish()  # its renewal and this one, one after the other
                         # Raises FencedError if another instance leads. Renewed before every rebuild: the new
                         # producer's init_transactions may block half the lease (a coordinator still loading).
                         exactly_once.confirm_lease(self._renew, self.leadership.expired, self._tally.error,
@@ -93,9 +101,7 @@ class Term:
                 # Checkpoint before reading: a process that was paused past its lease finds out here,
                 # before it sends anything more.
                 now = time.monotonic()
-                if now - checkpointed_at >= settings.persist_interval_s or self.leadership.expired():
-                    self._checkpoint()
-                    checkpointed_at = now
+                self._checkpoints.turn(now)
                 read_any = False
                 if now < self._pace.next_read_at:
                     # Caught up: let the next rows gather; acks are still handled meanwhile.
@@ -122,6 +128,7 @@ class Term:
                 idle_wait = min(idle_wait * 2, settings.poll_interval_max_s)
             return self._shutdown(STOPPED)
         except FencedError as exc:
+            self._checkpoints.close()
             self.in_flight.flush_published()
             # Another instance may lead now: drop what is queued and in flight at once, wait for nothing.
             self.publisher.close(0)
@@ -136,11 +143,14 @@ class Term:
         except (DatabaseLoginError, DatabaseTlsError):
             # A new connection was refused mid-run: nothing can be persisted, so stop as at start. The lease
             # runs out and a standby with a working login takes over from the last persisted watermark.
+            self._checkpoints.close()
             self.in_flight.flush_published()
             self.publisher.close(0)
             self.reader.close()
             self.leadership.lost()
             raise
+        finally:
+            self._checkpoints.close()  # done already, unless something unforeseen ended the term
 
     # ------------------------------------------------------------------------------------ checkpoint
 
@@ -161,10 +171,7 @@ class Term:
             if requested is not None:
                 self._rewind(requested)
         except TransientStoreError as exc:
-            self._tally.error("database", exc)
-            if self.leadership.expired():
-                # Another instance may have taken over meanwhile: stop publishing.
-                raise FencedError(f"could not renew the lease for {self.settings.lease_timeout_s}s") from exc
+            self._checkpoints.failed(exc)
 
     def _renew(self) -> None:
         self._persisting.persist(self.leadership.renew, self.tracker, self.reader)
@@ -314,6 +321,7 @@ class Term:
     def _shutdown(self, ending: Ending) -> Ending:
         """Stop reading, wait (bounded) for in-flight acks, persist the watermark, give up the lease."""
         tracker = self.tracker
+        self._checkpoints.close()
         log.info("stopping: waiting for in-flight deliveries",
                  extra={"unacked": tracker.unacked_count, "timeout_s": self.settings.shutdown_timeout_s})
         self._drain()

@@ -45,3 +45,6 @@ class TermParts:
     #: Exactly-once delivery: the last seq Kafka committed for this bridge (None: nothing yet), asked after each
     #: new producer fenced its predecessors. None in at-least-once delivery.
     committed: Callable[[int], int | None] | None = None
+    #: Whether the checkpoint's statements run on a worker thread while the loop sends (`checkpoints`): the
+    #: database's connections may be used from any thread (not a SQLite database in memory).
+    checkpoint_worker: bool = False

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, ExceptionContext, make_url
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
 from bridge.errors import ConfigurationError
 from bridge.store.failures import refused_connection
@@ -62,6 +63,12 @@ def make_engine(url: str) -> Engine:
             dbapi_conn.commit()
 
     return engine
+
+
+def any_thread(engine: Engine) -> bool:
+    """Whether a connection of the engine may be taken on any thread and see the same database: not a SQLite
+    database in memory, which lives in one connection (one per thread, or one shared by all)."""
+    return not isinstance(engine.pool, (SingletonThreadPool, StaticPool))
 
 
 def make_reader(engine: Engine) -> OutboxReader:
