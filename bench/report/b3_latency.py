@@ -73,8 +73,9 @@ def _tuning(tuning: dict[str, Any] | None) -> list[str]:
         "",
         "What a committed row waits for before its record leaves the bridge: the read interval after a read that "
         "caught up (`BRIDGE_POLL_INTERVAL_MIN_MS`), the producer's linger (`BRIDGE_LINGER_MS`, which the tail no "
-        "longer waits out: a read that caught up has its records sent at once), and the loop's pause to persist "
-        "the watermark (`BRIDGE_PERSIST_INTERVAL_S`). Each variant is a "
+        "longer waits out: a read that caught up has its records sent at once), and the checkpoint that persists "
+        "the watermark (`BRIDGE_PERSIST_INTERVAL_S`; its statements run on a worker thread beside the loop, which "
+        "no longer waits for them). Each variant is a "
         f"run as above of {tuning['seconds_per_run']:.0f} s, {tuning['rounds']} rounds round-robin (mean of the "
         "rounds, and the range of p99); none lost an event. Cores: CPU seconds per second of the bridge process and "
         "of its PostgreSQL sessions while the writers ran. Their cost in throughput: B1's tuning sweep (linger) "
