@@ -86,6 +86,14 @@ class _Fake:
         return Checkpoints(settings, 0.0, lambda: self.expired, lambda: self.in_loop.append("checkpoint"),
                            lambda kind, exc: self.errors.append(exc), look=self.look, worker=worker)
 
+    def answered(self, answer: bool | BaseException) -> Checkpoints:
+        """Checkpoints whose first one, due at 1.0, the worker has answered with `answer` (not yet collected)."""
+        self.answer = answer
+        checkpoints = self.checkpoints()
+        checkpoints.turn(1.0)
+        checkpoints.finish()
+        return checkpoints
+
 
 def test_a_due_checkpoint_runs_on_the_worker_and_the_loop_goes_on_until_it_answers() -> None:
     fake = _Fake()
@@ -122,11 +130,7 @@ def test_a_lease_that_runs_out_meanwhile_waits_for_the_checkpoint_in_flight_then
 
 
 def test_a_fenced_write_on_the_worker_stops_the_loop() -> None:
-    fake = _Fake()
-    fake.answer = FencedError("another instance leads")
-    checkpoints = fake.checkpoints()
-    checkpoints.turn(1.0)
-    checkpoints.finish()
+    checkpoints = _Fake().answered(FencedError("another instance leads"))
     with pytest.raises(FencedError, match="another instance leads"):
         checkpoints.turn(1.1)
     checkpoints.close()
@@ -134,10 +138,7 @@ def test_a_fenced_write_on_the_worker_stops_the_loop() -> None:
 
 def test_a_database_error_on_the_worker_is_counted_and_stops_the_loop_once_the_lease_ran_out() -> None:
     fake = _Fake()
-    fake.answer = TransientStoreError("connection refused")
-    checkpoints = fake.checkpoints()
-    checkpoints.turn(1.0)
-    checkpoints.finish()
+    checkpoints = fake.answered(TransientStoreError("connection refused"))
     checkpoints.turn(1.1)
     assert [str(e) for e in fake.errors] == ["connection refused"] and fake.in_loop == []
     checkpoints.turn(2.0)
