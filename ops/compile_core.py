@@ -31,9 +31,9 @@ from bridge.compiled import MODULES  # noqa: E402
 #: The file that marks a directory as a compiled copy this script made (and may replace).
 _MARKER = ".compiled-core"
 #: What a compiled copy holds: the packages, the tests with their settings (pytest's in pyproject.toml) and the
-#: files the unit tests read (compose file, ops, docs, the packaging and image files).
+#: files the unit tests read (compose file, ops, docs, the benchmarks' report, the packaging and image files).
 _COPIED = ("bridge", "projections", "migrations", "tests", "pyproject.toml", "setup.py", "MANIFEST.in", "ops", "docs",
-           "docker-compose.yml", ".dockerignore", "README.md", "Makefile")
+           "bench", "docker-compose.yml", ".dockerignore", "README.md", "Makefile")
 
 
 def build_wheel(into: Path) -> Path:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bench.report.cells import DASH, Plots, num, problem, problem_row, problem_section, verdict
+from bench.report.cells import DASH, Plots, num, problem, problem_row, problem_section, share, verdict
 from bench.targets import B1_ONE_BROKER_FRACTION, STATED
 
 TITLE = "B1: PostgreSQL backlog to Kafka"
@@ -36,7 +36,7 @@ def summary(bench: dict[str, Any]) -> list[str]:
             f"| B1 | PostgreSQL backlog ({v['bridge']['events']:,} events), {label} | "
             f"{num(v['bridge']['events_per_s'])} events/s, {num(v['bridge']['payload_mb_per_s'], 1)} MB/s | "
             f"{num(v['ceiling']['events_per_s'])} events/s, {num(v['ceiling']['payload_mb_per_s'], 1)} MB/s | "
-            f"{STATED['B1']} (got {v['fraction_of_ceiling']:.0%}){_one_broker_goal(label, v)} | "
+            f"{STATED['B1']} (got {share(v['fraction_of_ceiling'])}){_one_broker_goal(label, v)} | "
             f"{verdict(v.get('meets_target'))} |")
     return rows
 
@@ -76,7 +76,7 @@ def section(results: dict[str, Any], plots: Plots) -> str:
         lines.append(
             f"| {label} | {b['events']:,} | {num(b['events_per_s'])} | {num(b['payload_mb_per_s'], 1)} | "
             f"{b['wall_s']} s | "
-            f"{num(c['before_events_per_s'])} / {num(c['after_events_per_s'])} | {v['fraction_of_ceiling']:.0%} | "
+            f"{num(c['before_events_per_s'])} / {num(c['after_events_per_s'])} | {share(v['fraction_of_ceiling'])} | "
             f"{num(v['read_and_produce']['events_per_s']) if 'read_and_produce' in v else DASH} | "
             f"{format(v['fraction_of_read_and_produce'], '.0%') if 'read_and_produce' in v else DASH} | "
             f"{verdict(v.get('meets_target'))} |")

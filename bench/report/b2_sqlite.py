@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.report.b1_throughput import profile_lines, round_lines
-from bench.report.cells import Plots, num, problem, problem_row, problem_section, verdict
+from bench.report.cells import Plots, num, problem, problem_row, problem_section, share, verdict
 from bench.targets import B2_GOAL_FRACTION, STATED
 
 TITLE = "B2: SQLite backlog to Kafka"
@@ -20,7 +20,7 @@ def summary(bench: dict[str, Any]) -> list[str]:
     return [
         f"| B2 | SQLite backlog ({b2['bridge']['events']:,} events), 1 broker | {num(b2['bridge']['events_per_s'])} "
         f"events/s | {num(b2['ceiling']['events_per_s'])} events/s | {STATED['B2']} (got "
-        f"{b2['fraction_of_ceiling']:.0%}); #33's goal, >= {B2_GOAL_FRACTION:.0%}: "
+        f"{share(b2['fraction_of_ceiling'])}); #33's goal, >= {B2_GOAL_FRACTION:.0%}: "
         f"{verdict(b2['fraction_of_ceiling'] >= B2_GOAL_FRACTION)} | {verdict(b2.get('meets_target'))} |"]
 
 
@@ -40,7 +40,7 @@ def section(results: dict[str, Any], plots: Plots) -> str:
         "| events | bridge events/s | bridge MB/s | ceiling before / after | bridge / ceiling | verdict |",
         "|---|---|---|---|---|---|",
         f"| {b['events']:,} | {num(b['events_per_s'])} | {num(b['payload_mb_per_s'], 1)} | "
-        f"{num(c['before_events_per_s'])} / {num(c['after_events_per_s'])} | {b2['fraction_of_ceiling']:.0%} | "
+        f"{num(c['before_events_per_s'])} / {num(c['after_events_per_s'])} | {share(b2['fraction_of_ceiling'])} | "
         f"{verdict(b2.get('meets_target'))} |",
         *round_lines(b2.get("rounds")),
         "",
