@@ -166,9 +166,9 @@ def read_and_produce(ctx: Context, label: str, target: Target, events: int,
 def bridge_vs_ceiling(ctx: Context, label: str, target: Target, events: int,
                       settings: dict[str, str | int] | None = None, sample_rss: bool = False,
                       plain_too: bool = False, rounds: int = 1) -> dict[str, Any]:
-    """Ceiling, bridge, ceiling: the bridge's rate as a fraction of the mean of the two ceilings. On
-    PostgreSQL also the bare read-and-produce loop, between the bridge and the second ceiling. With `plain_too`,
-    in a run whose bridge runs its core compiled, the bridge again with the core as plain Python, right after it.
+    """Ceiling, bridge, ceiling: the bridge's rate as a fraction of the mean of the two ceilings. On PostgreSQL
+    and SQLite also the bare read-and-produce loop, between the bridge and the second ceiling. With `plain_too`, in
+    a run whose bridge runs its core compiled, the bridge again with the core as plain Python, right after it.
 
     With several `rounds` (the whole sequence again, each on its own topics), the result is the round whose
     fraction of the ceiling is the median, with every round's figures beside it (`rounds`): on this shared
@@ -202,7 +202,7 @@ def _bridge_vs_ceiling(ctx: Context, label: str, target: Target, events: int, se
             plain = drain(ctx, f"{label}-plain", target, events, settings)
         log.info("%s: bridge, core as plain Python %.0f events/s", label, plain.events_per_s)
     bare_loop = None
-    if target.db_url.startswith("postgresql"):
+    if target.db_url.startswith(("postgresql", "sqlite")):
         bare_loop = read_and_produce(ctx, f"{label}-rp", target, events, settings)
         log.info("%s: read-and-produce %.0f events/s", label, bare_loop["events_per_s"])
     after = ceiling(ctx, f"{label}-ceil-b", target, events, settings)

@@ -2,11 +2,12 @@
 
 Run as `python -m bench.read_produce --topic T --count N` with the bridge's environment. It does the
 work any relay of this outbox must do and nothing else: read the rows after a seq with the bridge's
-PostgreSQL query (`PostgresSession.snapshot_rows`, the visible rows and the snapshot's horizon in one
-statement, a pooled connection per read as the bridge takes it), build each record in the design's
-format (`build_record`: key, payload, the five headers, the JSON check), and produce it with a
-counting delivery callback. No hole rule, no ack tracker, no lease, no metrics, no checkpoints: the
-bridge's rate beside this one is what its own guarantees cost. Prints one JSON object.
+own read of the database the environment names (on PostgreSQL `PostgresSession.snapshot_rows`, the
+visible rows and the snapshot's horizon in one statement; on SQLite `select_after_sqlite`, the plain
+seq-ordered read on the driver's tuples), on a pooled connection per read as the bridge takes it, build
+each record in the design's format (`build_record`: key, payload, the five headers, the JSON check),
+and produce it with a counting delivery callback. No hole rule, no ack tracker, no lease, no metrics,
+no checkpoints: the bridge's rate beside this one is what its own guarantees cost. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -14,10 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from bench.bridge_process import Deliveries, run_measurement
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+    from bridge.core.records import OutboxRow
 
 
 def measure(topic: str, count: int) -> dict[str, Any]:
@@ -28,11 +34,11 @@ def measure(topic: str, count: int) -> dict[str, Any]:
     from bridge.daemon.memory import daemon_gc
     from bridge.kafka.publisher import PARTITION_ANY
     from bridge.store.engine import make_engine
-    from bridge.store.postgres import PostgresSession
 
     config = load_config()
     settings = config.producer.settings()
     engine = make_engine(config.db_url.get_secret_value())
+    read = _reader(engine.dialect.name)
     batch = config.read_batch_size
     delivered = Deliveries()
 
@@ -47,7 +53,7 @@ def measure(topic: str, count: int) -> dict[str, Any]:
         started = time.monotonic()
         while sent < count:
             with engine.connect() as conn:
-                _, _, rows = PostgresSession(conn).snapshot_rows(after, min(batch, count - sent))
+                rows = read(conn, after, min(batch, count - sent))
             if not rows:
                 raise RuntimeError(f"the outbox holds only {sent} rows; {count} were asked for")
             for row in rows:
@@ -67,6 +73,19 @@ def measure(topic: str, count: int) -> dict[str, Any]:
     engine.dispose()
     return {"events": count, "acked": delivered.acked, "failed": delivered.failed, "seconds": elapsed,
             "events_per_s": count / elapsed, "read_batch_size": batch}
+
+
+def _reader(dialect: str) -> Callable[[Connection, int, int], Sequence[OutboxRow]]:
+    """The bridge's own read of the rows after a seq on `dialect`, without its hole rule."""
+    if dialect == "sqlite":
+        from bridge.store.rows import select_after_sqlite
+
+        return select_after_sqlite
+    if dialect == "postgresql":
+        from bridge.store.postgres import PostgresSession
+
+        return lambda conn, after, limit: PostgresSession(conn).snapshot_rows(after, limit)[2]
+    raise ValueError(f"the read-and-produce loop reads PostgreSQL or SQLite, not {dialect}")
 
 
 def run_read_produce(env: Mapping[str, str], topic: str, count: int) -> dict[str, Any]:

@@ -129,7 +129,7 @@ def round_lines(rounds: list[dict[str, Any]] | None, prefix: str = "", more: str
     return ["", f"{prefix}{len(rounds)} rounds of the whole sequence; the table shows the round with the median "
             f"bridge / ceiling. Every round (bridge events/s, ceiling before / after, bridge / ceiling{more}):", "",
             *(f"- round {i}: {num(r['bridge_events_per_s'])}, {num(r['ceiling_before_events_per_s'])} / "
-              f"{num(r['ceiling_after_events_per_s'])}, **{r['fraction_of_ceiling']:.0%}**{more_cells(r)}"
+              f"{num(r['ceiling_after_events_per_s'])}, **{share(r['fraction_of_ceiling'])}**{more_cells(r)}"
               for i, r in enumerate(rounds, 1))]
 
 
