@@ -56,15 +56,14 @@ def _run(args: list[str], what: str, env: dict[str, str] | None = None) -> str:
     return result.stdout
 
 
-def install(dist_dir: Path) -> Installation:
-    """Build the wheel into `dist_dir`, install it into a new virtualenv under the system's temporary folder, and
-    check that its bridge runs every module of `bridge.compiled.MODULES` compiled."""
-    from bridge.compiled import MODULES
-
+def install(dist_dir: Path, source: Path = ROOT) -> Installation:
+    """Build the wheel of `source` (this checkout unless given) into `dist_dir`, install it into a new virtualenv under
+    the system's temporary folder, and check that its bridge runs every module of its `bridge.compiled.MODULES`
+    compiled. The harness (`bench`) stays this checkout's."""
     dist_dir.mkdir(parents=True, exist_ok=True)
     # Nothing of the checkout on the path: pip would take its outbox_bridge.egg-info for an installed copy.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH", "VIRTUAL_ENV")}
-    _run([sys.executable, "-m", "build", "--outdir", str(dist_dir), str(ROOT)], "building the wheel",
+    _run([sys.executable, "-m", "build", "--outdir", str(dist_dir), str(source)], "building the wheel",
          env={**env, "OUTBOX_COMPILE_CORE": "1"})
     (wheel,) = dist_dir.glob("outbox_bridge-*.whl")
     home = Path(tempfile.mkdtemp(prefix="outbox-bench-"))
@@ -82,11 +81,11 @@ def install(dist_dir: Path) -> Installation:
         bench_path.mkdir()
         (bench_path / "bench").symlink_to(ROOT / "bench", target_is_directory=True)
         installation = Installation(wheel=wheel.name, home=home, bench_path=bench_path)
-        loaded = _run([str(installation.python), "-I", "-c",
-                       "from bridge.compiled import compiled_modules as c; print(len(c()))"], "importing the bridge")
-        if int(loaded.strip()) != len(MODULES):
-            raise RuntimeError(f"the bridge installed from {wheel.name} runs {loaded.strip()} of {len(MODULES)} "
-                               "core modules compiled; is it a pure-Python wheel?")
+        counts = "from bridge.compiled import MODULES, compiled_modules as c; print(len(c()), len(MODULES))"
+        loaded, listed = _run([str(installation.python), "-I", "-c", counts], "importing the bridge").split()
+        if loaded != listed:
+            raise RuntimeError(f"the bridge installed from {wheel.name} runs {loaded} of {listed} core modules "
+                               "compiled; is it a pure-Python wheel?")
     except BaseException:
         shutil.rmtree(home, ignore_errors=True)
         raise
