@@ -29,16 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from bench import bridge_process
+from bench.b1_throughput import KEYS
 from bench.backlog import Target, drain
 from bench.context import FULL, Context
 from bench.installed import ROOT, Installation, install
+from bench.run import RESULTS
 from bench.stack import KAFKA1, Scratch, ensure_stack, pg_dsn
 from bench.workload import Workload, load_postgres, load_sqlite
 
 log = logging.getLogger("bench.pair")
 
-RESULTS = ROOT / "bench" / "results"
-KEYS = 10_000
 SIDES = ("base", "head")
 
 

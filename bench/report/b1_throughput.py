@@ -77,8 +77,7 @@ def section(results: dict[str, Any], plots: Plots) -> str:
             f"| {label} | {b['events']:,} | {num(b['events_per_s'])} | {num(b['payload_mb_per_s'], 1)} | "
             f"{b['wall_s']} s | "
             f"{num(c['before_events_per_s'])} / {num(c['after_events_per_s'])} | {share(v['fraction_of_ceiling'])} | "
-            f"{num(v['read_and_produce']['events_per_s']) if 'read_and_produce' in v else DASH} | "
-            f"{format(v['fraction_of_read_and_produce'], '.0%') if 'read_and_produce' in v else DASH} | "
+            f"{read_and_produce_cells(v)} | "
             f"{verdict(v.get('meets_target'))} |")
         if v.get("warning"):
             lines.append(f"\nWarning ({label}): {v['warning']}\n")
@@ -118,6 +117,15 @@ def section(results: dict[str, Any], plots: Plots) -> str:
     lines += _formats(bench.get("B1-formats"))
     lines += profile_lines(b1.get("profile"))
     return "\n".join(lines) + "\n"
+
+
+def read_and_produce_cells(entry: dict[str, Any]) -> str:
+    """The bare read-and-produce loop's events/s and the bridge's share of it, as two table cells (dashes for a run
+    that did not measure it)."""
+    loop = entry.get("read_and_produce")
+    if not loop:
+        return f"{DASH} | {DASH}"
+    return f"{num(loop['events_per_s'])} | {entry['fraction_of_read_and_produce']:.0%}"
 
 
 def round_lines(rounds: list[dict[str, Any]] | None, prefix: str = "", more: str = "",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.report.b1_throughput import profile_lines, round_lines
-from bench.report.cells import DASH, Plots, num, problem, problem_row, problem_section, share, verdict
+from bench.report.b1_throughput import profile_lines, read_and_produce_cells, round_lines
+from bench.report.cells import Plots, num, problem, problem_row, problem_section, share, verdict
 from bench.targets import B2_GOAL_FRACTION, STATED
 
 TITLE = "B2: SQLite backlog to Kafka"
@@ -31,7 +31,6 @@ def section(results: dict[str, Any], plots: Plots) -> str:
         return problem_section(TITLE, why)
     assert b2 is not None
     c, b = b2["ceiling"], b2["bridge"]
-    loop = b2.get("read_and_produce")  # runs before this one did not measure it
     return "\n".join([
         f"## {TITLE}",
         "",
@@ -45,8 +44,7 @@ def section(results: dict[str, Any], plots: Plots) -> str:
         "|---|---|---|---|---|---|---|---|",
         f"| {b['events']:,} | {num(b['events_per_s'])} | {num(b['payload_mb_per_s'], 1)} | "
         f"{num(c['before_events_per_s'])} / {num(c['after_events_per_s'])} | {share(b2['fraction_of_ceiling'])} | "
-        f"{num(loop['events_per_s']) if loop else DASH} | "
-        f"{format(b2['fraction_of_read_and_produce'], '.0%') if loop else DASH} | {verdict(b2.get('meets_target'))} |",
+        f"{read_and_produce_cells(b2)} | {verdict(b2.get('meets_target'))} |",
         *round_lines(b2.get("rounds"), more="; read-and-produce",
                      more_cells=lambda r: f"; {num(r.get('read_and_produce_events_per_s'))}"),
         "",
