@@ -64,7 +64,7 @@ def run(ctx: Context) -> dict[str, Any]:
 def _three_brokers(ctx: Context, url: str, events: int) -> dict[str, Any]:
     if brokers_up(KAFKA3) != 3:
         return {"skipped": f"the 3-broker cluster at {KAFKA3} did not answer with 3 brokers"}
-    three = bridge_vs_ceiling(ctx, "b1-pg-3brokers", Target(url, KAFKA3, 3, KEYS), events)
+    three = bridge_vs_ceiling(ctx, "b1-pg-3brokers", Target(url, KAFKA3, 3, KEYS), events, rounds=ctx.sizes.b1_rounds)
     three.pop("_rss_samples")
     if brokers_up(KAFKA3) != 3:
         three["warning"] = "a broker of the 3-broker cluster went away during the run (shared cluster)"

@@ -30,7 +30,7 @@ from typing import Any
 
 from bench import bridge_process
 from bench.b1_throughput import KEYS
-from bench.backlog import Target, drain
+from bench.backlog import Target, drain, warm_cluster
 from bench.context import FULL, Context
 from bench.installed import ROOT, Installation, install
 from bench.run import RESULTS
@@ -135,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             stack.callback(installed[side].remove)
         stack.callback(ctx.scratch.cleanup)
         target = Target(_backlog(ctx, args.db, args.events), KAFKA1, 1, KEYS)
+        warm = warm_cluster(ctx, "pair", target, args.events)
+        log.info("the cluster warmed in %.0f s: %s events/s", warm["seconds"], warm["rates"])
         for index in range(args.rounds):
             for side in order(index):
                 bridge_process.INSTALLED = installed[side]

@@ -103,6 +103,7 @@ def section(results: dict[str, Any], plots: Plots) -> str:
                 + (f". The main thread and the other Python threads take turns on the interpreter's lock: "
                    f"together {python_share:.0%} of one core." if "other Python threads" in threads else
                    ". The bridge runs its Python in the main thread alone.")]
+        lines += warm_up_lines(v.get("cluster_warm_up"), f"{label}: ")
         lines += round_lines(v.get("rounds"), f"{label}: ", "; core as plain Python; read-and-produce",
                              lambda r: f"; {num(r.get('plain_python_events_per_s'))}; "
                                        f"{num(r.get('read_and_produce_events_per_s'))}")
@@ -126,6 +127,23 @@ def read_and_produce_cells(entry: dict[str, Any]) -> str:
     if not loop:
         return f"{DASH} | {DASH}"
     return f"{num(loop['events_per_s'])} | {entry['fraction_of_read_and_produce']:.0%}"
+
+
+def warm_up_lines(warm: dict[str, Any] | None, prefix: str = "") -> list[str]:
+    """How the cluster was warmed before the timed runs (`bench.backlog.warm_cluster`); nothing for a run from
+    before warming, or a quick one."""
+    if not warm or "skipped" in warm:
+        return []
+    if warm.get("earlier"):
+        return ["", f"{prefix}the cluster was warmed earlier in this run (untimed ceiling runs, "
+                f"{'settled' if warm['settled'] else 'not settled'})."]
+    rates = ", ".join(num(rate) for rate in warm["rates"])
+    settled = (f"until {warm['runs_alike']} in a row came within {warm['spread']:.0%} of their best and no faster than "
+               "the runs before them")
+    outcome = settled if warm["settled"] else (
+        "and had not settled when the time allowed ran out; the runs below measure a cluster still warming")
+    return ["", f"{prefix}before the timed runs, the cluster was warmed with {len(warm['rates'])} untimed ceiling "
+            f"runs of {warm['events']:,} events ({warm['seconds']} s), {outcome}: {rates} events/s."]
 
 
 def round_lines(rounds: list[dict[str, Any]] | None, prefix: str = "", more: str = "",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.report.b1_throughput import profile_lines, read_and_produce_cells, round_lines
+from bench.report.b1_throughput import profile_lines, read_and_produce_cells, round_lines, warm_up_lines
 from bench.report.cells import Plots, num, problem, problem_row, problem_section, share, verdict
 from bench.targets import B2_GOAL_FRACTION, STATED
 
@@ -45,6 +45,7 @@ def section(results: dict[str, Any], plots: Plots) -> str:
         f"| {b['events']:,} | {num(b['events_per_s'])} | {num(b['payload_mb_per_s'], 1)} | "
         f"{num(c['before_events_per_s'])} / {num(c['after_events_per_s'])} | {share(b2['fraction_of_ceiling'])} | "
         f"{read_and_produce_cells(b2)} | {verdict(b2.get('meets_target'))} |",
+        *warm_up_lines(b2.get("cluster_warm_up"), "1 broker: "),
         *round_lines(b2.get("rounds"), more="; read-and-produce",
                      more_cells=lambda r: f"; {num(r.get('read_and_produce_events_per_s'))}"),
         "",
