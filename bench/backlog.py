@@ -24,6 +24,7 @@ from bench.bridge_process import BridgeProcess, bridge_env, thread_shares
 from bench.ceiling import run_ceiling
 from bench.context import Context
 from bench.read_produce import run_read_produce
+from bench.stack import jit_seconds
 from bench.topics import TopicWatch
 from bench.workload import AGGREGATE_TYPE, PAYLOAD_BYTES
 
@@ -163,8 +164,12 @@ def read_and_produce(ctx: Context, label: str, target: Target, events: int,
     return result
 
 
-#: The cluster is warm once the last `WARM_RUNS` untimed ceiling runs came within `WARM_SPREAD` of their best, and
-#: that best is no more than `WARM_SPREAD` above the best of the runs before them.
+#: A cluster is warm once its JVMs' JIT compilers used at most this share of one core during an untimed ceiling run:
+#: the brokers then run their produce path compiled. A fresh 3-broker cluster's JIT took 1.35 cores in the first
+#: run, 0.3 in the sixth and 0.05 to 0.3 after it; a warm broker's, 0.01 to 0.02 (`bench/analysis.md`).
+WARM_JIT_SHARE = 0.2
+#: Without the JIT's figures (a cluster this stack did not start): warm once the last `WARM_RUNS` ceiling runs came
+#: within `WARM_SPREAD` of their best, and that best is no more than `WARM_SPREAD` above the runs before them.
 WARM_RUNS = 3
 WARM_SPREAD = 0.15
 #: At most this long warming one cluster; a cluster that has not settled by then is measured as it is (said so).
@@ -173,11 +178,31 @@ WARM_MAX_S = 300.0
 WARM_EVENTS = 500_000
 
 
-def warm_enough(rates: list[float]) -> bool:
-    """Whether the untimed ceiling `rates` so far show a warm cluster: the last `WARM_RUNS` alike, and no faster than
-    the ones before them, so the brokers' JIT is done with the produce path. Runs alike are not enough by
-    themselves: a fresh 3-broker cluster went 35,229, 33,656, then 53,489, 59,748, 65,453 and on up to 112,608
-    events/s (`bench/analysis.md`)."""
+@dataclass(frozen=True, slots=True)
+class WarmUpRun:
+    """One untimed ceiling run: its rate, how long it took, and the CPU seconds the cluster's JIT used meanwhile."""
+
+    events_per_s: float
+    seconds: float
+    jit_s: float | None
+
+    @property
+    def jit_share(self) -> float | None:
+        """The JIT's CPU during the run, as a share of one core."""
+        return None if self.jit_s is None else self.jit_s / max(self.seconds, 1e-9)
+
+
+def warm_enough(runs: list[WarmUpRun]) -> bool:
+    """Whether the untimed ceiling `runs` so far show a warm cluster. The first run pays for the JVMs' start-up, so
+    it is never enough; after it, the last run's JIT share decides (`WARM_JIT_SHARE`). Rates alone are a poor sign:
+    a fresh 3-broker cluster went 29,875, 52,756, 49,918, 45,876, 51,529 events/s, and on to 120,604 three
+    minutes later; they decide only where the JIT's figures are missing."""
+    if len(runs) < 2:
+        return False
+    share = runs[-1].jit_share
+    if share is not None:
+        return share <= WARM_JIT_SHARE
+    rates = [run.events_per_s for run in runs]
     if len(rates) <= WARM_RUNS:
         return False
     last, before = rates[-WARM_RUNS:], rates[:-WARM_RUNS]
@@ -187,22 +212,30 @@ def warm_enough(rates: list[float]) -> bool:
 def warm_cluster(ctx: Context, label: str, target: Target, events: int) -> dict[str, Any]:
     """Untimed ceiling runs on target's cluster until `warm_enough` (or `WARM_MAX_S`), once per cluster and run.
 
-    A freshly started broker runs its produce path interpreted until the JIT has compiled it: the first ceiling
-    and the bridge after it would measure the warm-up, and the second ceiling a warm cluster (B1's 3 brokers:
-    27,136 before the bridge, 64,864 after it). What was done is returned for the report."""
+    A freshly started broker runs its produce path interpreted until the JIT has compiled it, which on these two
+    cores also takes CPU from everything else: the first ceiling and the bridge after it would measure the
+    warm-up, and the second ceiling a warm cluster (B1's 3 brokers: 27,136 before the bridge, 64,864 after it).
+    What was done is returned for the report."""
     warmed: dict[str, dict[str, Any]] = ctx.shared.setdefault("warmed_clusters", {})
     if target.bootstrap in warmed:
         return {"earlier": True, **warmed[target.bootstrap]}
     if ctx.quick:
         return {"skipped": "not in --quick mode"}
+    per_run = min(events, WARM_EVENTS)
     started = time.monotonic()
-    rates: list[float] = []
-    while not warm_enough(rates) and time.monotonic() - started < WARM_MAX_S:
-        rates.append(ceiling(ctx, f"{label}-warm{len(rates) + 1}", target, min(events, WARM_EVENTS))["events_per_s"])
-        log.info("%s: warming the cluster, untimed ceiling %.0f events/s", label, rates[-1])
-    done = {"events": min(events, WARM_EVENTS), "rates": [round(rate, 1) for rate in rates],
-            "seconds": round(time.monotonic() - started, 1), "settled": warm_enough(rates), "runs_alike": WARM_RUNS,
-            "spread": WARM_SPREAD}
+    runs: list[WarmUpRun] = []
+    while not warm_enough(runs) and time.monotonic() - started < WARM_MAX_S:
+        jit_before, run_started = jit_seconds(target.bootstrap), time.monotonic()
+        rate = ceiling(ctx, f"{label}-warm{len(runs) + 1}", target, per_run)["events_per_s"]
+        jit_after = jit_seconds(target.bootstrap)
+        jit = None if jit_before is None or jit_after is None else jit_after - jit_before
+        runs.append(WarmUpRun(rate, time.monotonic() - run_started, jit))
+        log.info("%s: warming the cluster, untimed ceiling %.0f events/s, the JIT at %s of a core", label, rate,
+                 "?" if runs[-1].jit_share is None else f"{runs[-1].jit_share:.2f}")
+    done = {"events": per_run, "rates": [round(run.events_per_s, 1) for run in runs],
+            "jit_shares": [None if run.jit_share is None else round(run.jit_share, 3) for run in runs],
+            "seconds": round(time.monotonic() - started, 1), "settled": warm_enough(runs),
+            "jit_share_at_most": WARM_JIT_SHARE, "runs_alike": WARM_RUNS, "spread": WARM_SPREAD}
     warmed[target.bootstrap] = done
     return done
 

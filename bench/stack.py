@@ -35,6 +35,29 @@ KAFKA3_CLUSTER, KAFKA3_PORT = "kafka3", 29092
 KAFKA3 = ",".join(f"127.0.0.1:{KAFKA3_PORT + i}" for i in range(3))
 
 
+def jit_seconds(bootstrap: str) -> float | None:
+    """CPU seconds the JIT compilers of the cluster's JVMs (brokers and controller) have used so far, from `jstat
+    -compiler`; None when that is unknown (a cluster this stack did not start, or no JDK tools)."""
+    cluster = {KAFKA1: "kafka", KAFKA3: KAFKA3_CLUSTER}.get(bootstrap)
+    pid_files = sorted((RUN_DIR / cluster).glob("node-*/broker.pid")) if cluster else []
+    if not pid_files:
+        return None
+    total = 0.0
+    for pid_file in pid_files:
+        try:
+            found = subprocess.run(["jstat", "-compiler", pid_file.read_text().strip()], capture_output=True,
+                                   text=True, check=False, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        # "Compiled Failed Invalid Time FailedType FailedMethod", then one line of values.
+        lines = found.stdout.split("\n")
+        fields = lines[1].split() if found.returncode == 0 and len(lines) > 1 else []
+        if len(fields) < 4:
+            return None
+        total += float(fields[3])
+    return total
+
+
 class StackUnavailable(RuntimeError):
     """A service the benchmark needs is not there and could not be started."""
 

@@ -138,12 +138,19 @@ def warm_up_lines(warm: dict[str, Any] | None, prefix: str = "") -> list[str]:
         return ["", f"{prefix}the cluster was warmed earlier in this run (untimed ceiling runs, "
                 f"{'settled' if warm['settled'] else 'not settled'})."]
     rates = ", ".join(num(rate) for rate in warm["rates"])
-    settled = (f"until {warm['runs_alike']} in a row came within {warm['spread']:.0%} of their best and no faster than "
-               "the runs before them")
+    shares = warm.get("jit_shares") or []
+    with_jit = bool(shares) and shares[-1] is not None
+    if with_jit:
+        settled = f"until its JIT compilers used at most {warm['jit_share_at_most']:.0%} of a core in a run"
+    else:
+        settled = (f"until {warm['runs_alike']} in a row came within {warm['spread']:.0%} of their best and no "
+                   "faster than the runs before them")
     outcome = settled if warm["settled"] else (
         "and had not settled when the time allowed ran out; the runs below measure a cluster still warming")
+    jit = (f"; the JIT's share of a core in each: {', '.join(f'{share:.2f}' for share in shares)}" if with_jit
+           else "")
     return ["", f"{prefix}before the timed runs, the cluster was warmed with {len(warm['rates'])} untimed ceiling "
-            f"runs of {warm['events']:,} events ({warm['seconds']} s), {outcome}: {rates} events/s."]
+            f"runs of {warm['events']:,} events ({warm['seconds']} s), {outcome}: {rates} events/s{jit}."]
 
 
 def round_lines(rounds: list[dict[str, Any]] | None, prefix: str = "", more: str = "",

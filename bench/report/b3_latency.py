@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.report.b1_throughput import warm_up_lines
 from bench.report.cells import DASH, Plots, num, problem, problem_row, problem_section, verdict
 from bench.targets import B3_GOAL_P99_MS, B3_GOAL_RATES, B3_P99_MS, B3_RATE, STATED
 
@@ -57,6 +58,7 @@ def section(results: dict[str, Any], plots: Plots) -> str:
             f"| {int(rate):,}/s | {w['achieved_rate']:,.0f}/s | {w['events_per_tx']} | {num(lat.get('p50'), 1)} | "
             f"{num(lat.get('p95'), 1)} | {num(lat.get('p99'), 1)} | {num(lat.get('p999'), 1)} | "
             f"{num(lat.get('max'), 1)} | {r.get('lost', 0):,} | {outcome} |")
+    lines += warm_up_lines(b3.get("cluster_warm_up"), "1 broker: ")
     lines.append(plots.link("latency", "latency percentiles"))
     lines += _tuning(results.get("benchmarks", {}).get("B3-tuning"))
     return "\n".join(lines) + "\n"

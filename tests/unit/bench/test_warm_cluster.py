@@ -1,43 +1,67 @@
 """The drains beside the ceiling run on a warmed cluster. B1's 3-broker row was measured on a cluster started a
 moment before: its ceiling read 27,136 events/s before the bridge and 64,864 after it, and the bridge, timed in
-between, drained at 17,177. Untimed ceiling runs on a fresh 3-broker cluster went 35,229, 33,656, 53,489, 59,748,
-65,453, 98,392, 112,608 and 95,714 events/s."""
+between, drained at 17,177."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from bench import backlog
-from bench.backlog import Target, bridge_vs_ceiling, warm_enough
+from bench.backlog import Target, WarmUpRun, bridge_vs_ceiling, warm_enough
 from bench.context import FULL, QUICK, Context
 from bench.report.b1_throughput import warm_up_lines
 
-FRESH_THREE_BROKERS = [35_229.0, 33_656.0, 53_489.0, 59_748.0, 65_453.0, 98_392.0, 112_608.0, 95_714.0]
-#: Made up: how such a cluster settles, for the tests.
-SETTLING = [104_000.0, 101_000.0, 99_000.0, 103_000.0]
+#: Untimed ceiling runs of 500,000 events on a 3-broker cluster started just before: rate, seconds, and the CPU
+#: seconds the four JVMs' JIT compilers used meanwhile (`jstat -compiler`).
+FRESH_THREE_BROKERS = [
+    WarmUpRun(27_988.0, 23.5, 31.63), WarmUpRun(43_362.0, 16.3, 17.63), WarmUpRun(44_149.0, 16.9, 12.58),
+    WarmUpRun(47_479.0, 15.8, 11.88), WarmUpRun(62_049.0, 12.9, 8.71), WarmUpRun(85_408.0, 10.3, 3.35),
+    WarmUpRun(94_146.0, 9.8, 1.17), WarmUpRun(76_448.0, 11.3, 3.07),
+]
+#: The same on the warm 1-broker cluster.
+WARM_ONE_BROKER = [WarmUpRun(176_513.0, 7.1, 0.07), WarmUpRun(195_390.0, 6.6, 0.16)]
+#: Another fresh 3-broker cluster's rates: alike from the second run on, then twice as fast three minutes later.
+PLATEAU = [29_875.0, 52_756.0, 49_918.0, 45_876.0, 51_529.0]
 
 
-def test_a_fresh_cluster_still_speeding_up_is_not_warm() -> None:
-    # Runs 3 to 5 came within 15% of each other, and the cluster then went on to twice their rate.
-    assert not any(warm_enough(FRESH_THREE_BROKERS[:n]) for n in range(len(FRESH_THREE_BROKERS) + 1))
+def test_a_fresh_cluster_is_warm_once_its_jit_has_done_the_produce_path() -> None:
+    firsts = [warm_enough(FRESH_THREE_BROKERS[:n]) for n in range(len(FRESH_THREE_BROKERS) + 1)]
+    assert firsts.index(True) == 7  # after the seventh run, whose JIT took 0.12 of a core
+    assert warm_enough(WARM_ONE_BROKER)
 
 
-def test_runs_alike_and_no_faster_than_before_are_warm() -> None:
-    assert warm_enough([*FRESH_THREE_BROKERS, *SETTLING[:2]])
-    assert warm_enough([213_702.0, 211_912.0, 208_000.0, 210_500.0])
-    assert not warm_enough([213_702.0, 211_912.0, 208_000.0])  # nothing before them to compare with
-    assert not warm_enough([213_702.0, 211_912.0, 150_000.0, 210_500.0])
+def test_one_run_is_never_enough() -> None:
+    assert not warm_enough(WARM_ONE_BROKER[:1])
+
+
+def test_without_the_jits_figures_rates_alike_and_no_faster_than_before_decide() -> None:
+    def runs(rates: list[float]) -> list[WarmUpRun]:
+        return [WarmUpRun(rate, 10.0, None) for rate in rates]
+
+    # Rates alike are not enough by themselves: PLATEAU's last three are within 15%, but there is nothing before
+    # them at the same pace to say the cluster stopped speeding up...
+    assert not warm_enough(runs(PLATEAU[:4]))
+    assert warm_enough(runs([213_702.0, 211_912.0, 208_000.0, 210_500.0]))
+    assert not warm_enough(runs([213_702.0, 211_912.0, 208_000.0]))
+    assert not warm_enough(runs([213_702.0, 211_912.0, 150_000.0, 210_500.0]))
 
 
 class _Recorder:
     """Stands in for the ceiling, the bridge and the bare loop; records the order they ran in."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, ceilings: list[float]) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, ceilings: list[float], jit: list[float] | None = None,
+                 seconds: list[float] | None = None) -> None:
         self.calls: list[str] = []
         self._ceilings = iter(ceilings)
+        self._jit = iter(jit or [])
+        self._seconds = iter(seconds or [])
+        self.now = 1000.0
+        monkeypatch.setattr(backlog, "jit_seconds", lambda _bootstrap: next(self._jit, None))
+        monkeypatch.setattr(backlog, "time", SimpleNamespace(monotonic=lambda: self.now))
         monkeypatch.setattr(backlog, "ceiling", self.ceiling)
         monkeypatch.setattr(backlog, "drain", self.drain)
         monkeypatch.setattr(backlog, "read_and_produce", self.read_and_produce)
@@ -45,6 +69,7 @@ class _Recorder:
     def ceiling(self, _ctx: Context, label: str, _target: Target, events: int,
                 _settings: Any = None) -> dict[str, Any]:
         self.calls.append(f"ceiling {label} {events}")
+        self.now += next(self._seconds, 10.0)
         return {"events_per_s": next(self._ceilings), "producer_settings": {}}
 
     def drain(self, _ctx: Context, label: str, _target: Target, events: int, _settings: Any = None,
@@ -68,8 +93,12 @@ TARGET = Target("postgresql://127.0.0.1/b1", "127.0.0.1:29092,127.0.0.1:29093,12
 
 
 def test_the_cluster_is_warmed_before_the_first_timed_ceiling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    warming = [*FRESH_THREE_BROKERS, *SETTLING[:2]]
-    recorder = _Recorder(monkeypatch, [*warming, 100_000.0, 101_000.0])
+    warming = [run.events_per_s for run in FRESH_THREE_BROKERS[:7]]
+    jit = [0.0]
+    for run in FRESH_THREE_BROKERS[:7]:  # before and after each run
+        jit += [jit[-1] + (run.jit_s or 0.0)] * 2
+    recorder = _Recorder(monkeypatch, [*warming, 100_000.0, 101_000.0], jit[:-1],
+                         [run.seconds for run in FRESH_THREE_BROKERS[:7]])
     result = bridge_vs_ceiling(_context(tmp_path), "b1-3", TARGET, 500_000)
     warm_calls = [call for call in recorder.calls if "-warm" in call]
     assert len(warm_calls) == len(warming)
@@ -78,6 +107,7 @@ def test_the_cluster_is_warmed_before_the_first_timed_ceiling(tmp_path: Path, mo
                                                 "ceiling b1-3-ceil-b 500000"]
     assert result["cluster_warm_up"]["settled"] is True
     assert result["cluster_warm_up"]["rates"] == warming
+    assert result["cluster_warm_up"]["jit_shares"][-1] == round(1.17 / 9.8, 3)
     assert result["ceiling"]["before_events_per_s"] == 100_000.0
 
 
@@ -98,12 +128,29 @@ def test_a_quick_run_does_not_warm(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_the_report_says_how_the_cluster_was_warmed() -> None:
-    warm = {"events": 500_000, "rates": [35_229.0, 98_392.0, 112_608.0, 95_714.0], "seconds": 121.4,
-            "settled": True, "runs_alike": 3, "spread": 0.15}
+    warm = {"events": 500_000, "rates": [27_988.0, 85_408.0, 94_146.0], "jit_shares": [1.346, 0.325, 0.119],
+            "seconds": 121.4, "settled": True, "jit_share_at_most": 0.2, "runs_alike": 3, "spread": 0.15}
     (_, line) = warm_up_lines(warm, "3 brokers: ")
-    assert line == ("3 brokers: before the timed runs, the cluster was warmed with 4 untimed ceiling runs of 500,000 "
-                    "events (121.4 s), until 3 in a row came within 15% of their best and no faster than the runs "
-                    "before them: 35,229, 98,392, 112,608, 95,714 events/s.")
+    assert line == ("3 brokers: before the timed runs, the cluster was warmed with 3 untimed ceiling runs of 500,000 "
+                    "events (121.4 s), until its JIT compilers used at most 20% of a core in a run: 27,988, 85,408, "
+                    "94,146 events/s; the JIT's share of a core in each: 1.35, 0.33, 0.12.")
+    (_, by_rates) = warm_up_lines({**warm, "jit_shares": [None, None, None]}, "3 brokers: ")
+    assert "until 3 in a row came within 15% of their best and no faster than the runs before them" in by_rates
     (_, unsettled) = warm_up_lines({**warm, "settled": False}, "3 brokers: ")
     assert "still warming" in unsettled
     assert warm_up_lines({"skipped": "not in --quick mode"}) == []
+
+
+def test_b3_says_whether_it_warmed_the_broker_or_found_it_warm(tmp_path: Path) -> None:
+    from bench import b3_latency
+    from bench.stack import KAFKA1
+
+    ctx = _context(tmp_path)
+    done = {"events": 500_000, "rates": [210_000.0, 205_000.0, 208_000.0, 211_000.0], "seconds": 14.2,
+            "settled": True, "runs_alike": 3, "spread": 0.15}
+    ctx.shared["warmed_clusters"] = {KAFKA1: done}
+    assert b3_latency._warm_up(ctx, earlier=False) == done
+    found_warm = b3_latency._warm_up(ctx, earlier=True)
+    assert found_warm["earlier"] is True
+    assert "warmed earlier in this run" in warm_up_lines(found_warm, "1 broker: ")[1]
+    assert b3_latency._warm_up(_context(tmp_path, quick=True), earlier=False) == {"skipped": "not in --quick mode"}
