@@ -166,7 +166,7 @@ def read_and_produce(ctx: Context, label: str, target: Target, events: int,
 
 #: A cluster is warm once its JVMs' JIT compilers used at most this share of one core during an untimed ceiling run:
 #: the brokers then run their produce path compiled. A fresh 3-broker cluster's JIT took 1.35 cores in the first
-#: run, 0.3 in the sixth and 0.05 to 0.3 after it; a warm broker's, 0.01 to 0.02 (`bench/analysis.md`).
+#: run, 0.33 in the sixth and 0.03 to 0.27 after it; a warm broker's, 0.01 to 0.02 (`bench/analysis.md`).
 WARM_JIT_SHARE = 0.2
 #: Without the JIT's figures (a cluster this stack did not start): warm once the last `WARM_RUNS` ceiling runs came
 #: within `WARM_SPREAD` of their best, and that best is no more than `WARM_SPREAD` above the runs before them.

@@ -52,9 +52,10 @@ def jit_seconds(bootstrap: str) -> float | None:
         # "Compiled Failed Invalid Time FailedType FailedMethod", then one line of values.
         lines = found.stdout.split("\n")
         fields = lines[1].split() if found.returncode == 0 and len(lines) > 1 else []
-        if len(fields) < 4:
+        try:
+            total += float(fields[3])
+        except (IndexError, ValueError):
             return None
-        total += float(fields[3])
     return total
 
 

@@ -154,3 +154,26 @@ def test_b3_says_whether_it_warmed_the_broker_or_found_it_warm(tmp_path: Path) -
     assert found_warm["earlier"] is True
     assert "warmed earlier in this run" in warm_up_lines(found_warm, "1 broker: ")[1]
     assert b3_latency._warm_up(_context(tmp_path, quick=True), earlier=False) == {"skipped": "not in --quick mode"}
+
+
+def test_the_jit_seconds_are_summed_over_the_clusters_jvms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import stack
+
+    for node, pid in (("node-0", "101"), ("node-1", "102")):
+        (tmp_path / "kafka3" / node).mkdir(parents=True)
+        (tmp_path / "kafka3" / node / "broker.pid").write_text(f"{pid}\n")
+    answers = {"101": "Compiled Failed Invalid   Time   FailedType FailedMethod\n    9609      1       0    31.63"
+                      "          1 java/util/jar/JarFile getEntry\n",
+               "102": "Compiled Failed Invalid   Time   FailedType FailedMethod\n    1738      0       0    17.62"
+                      "          0\n"}
+
+    def jstat(args: list[str], **_kwargs: Any) -> SimpleNamespace:
+        pid = args[-1]
+        return SimpleNamespace(returncode=0 if pid in answers else 1, stdout=answers.get(pid, ""))
+
+    monkeypatch.setattr(stack, "RUN_DIR", tmp_path)
+    monkeypatch.setattr(stack.subprocess, "run", jstat)
+    assert stack.jit_seconds(stack.KAFKA3) == pytest.approx(49.25)
+    assert stack.jit_seconds("127.0.0.1:9999") is None  # not a cluster of this stack
+    (tmp_path / "kafka3" / "node-1" / "broker.pid").write_text("103\n")  # a JVM that is gone
+    assert stack.jit_seconds(stack.KAFKA3) is None
