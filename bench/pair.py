@@ -31,6 +31,7 @@ from typing import Any
 from bench import bridge_process
 from bench.b1_throughput import KEYS
 from bench.backlog import Target, drain, warm_cluster
+from bench.bridge_process import RUN_QUEUE
 from bench.context import FULL, Context
 from bench.installed import ROOT, Installation, install
 from bench.run import RESULTS
@@ -142,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                 bridge_process.INSTALLED = installed[side]
                 result = drain(ctx, f"pair{index + 1}-{side}", target, args.events, settings)
                 rates[side].append(result.events_per_s)
-                log.info("round %d %s: %.0f events/s (main thread %.0f%% busy)", index + 1, side,
-                         result.events_per_s, 100 * result.thread_cpu.get("main", 0.0))
+                log.info("round %d %s: %.0f events/s (main thread %.0f%% busy, %.0f%% waiting for a core)", index + 1,
+                         side, result.events_per_s, 100 * result.thread_cpu.get("main", 0.0),
+                         100 * result.thread_cpu.get(RUN_QUEUE, 0.0))
         bridge_process.INSTALLED = None
     verdict = paired(rates["base"], rates["head"])
     stored = {"base": args.base, "base_commit": base, "db": args.db, "events": args.events, "settings": settings,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bench.bridge_process import RUN_QUEUE
 from bench.report.cells import DASH, Plots, num, problem, problem_row, problem_section, share, verdict
 from bench.targets import B1_ONE_BROKER_FRACTION, STATED
 
@@ -93,7 +94,8 @@ def section(results: dict[str, Any], plots: Plots) -> str:
                          f"{num(plain['events_per_s'])} events/s, {plain['fraction_of_ceiling']:.0%} of the "
                          f"ceiling; compiled, {num(v['bridge']['events_per_s'])} "
                          f"({v['bridge']['events_per_s'] / plain['events_per_s'] - 1:+.0%}).")
-        threads = v.get("bridge", {}).get("thread_cpu")
+        threads = dict(v.get("bridge", {}).get("thread_cpu") or {})
+        waited = threads.pop(RUN_QUEUE, None)
         if threads:
             shown = sorted(threads.items(), key=lambda item: -item[1])
             python_share = threads.get("main", 0.0) + threads.get("other Python threads", 0.0)
@@ -102,7 +104,9 @@ def section(results: dict[str, Any], plots: Plots) -> str:
                 + ", ".join(f"{name} {share:.0%}" for name, share in shown if share >= 0.005)
                 + (f". The main thread and the other Python threads take turns on the interpreter's lock: "
                    f"together {python_share:.0%} of one core." if "other Python threads" in threads else
-                   ". The bridge runs its Python in the main thread alone.")]
+                   ". The bridge runs its Python in the main thread alone.")
+                + ("" if waited is None else f" The main thread also waited for a core (runnable, in the run queue) "
+                   f"{waited:.0%} of the time.")]
         lines += warm_up_lines(v.get("cluster_warm_up"), f"{label}: ")
         lines += round_lines(v.get("rounds"), f"{label}: ", "; core as plain Python; read-and-produce",
                              lambda r: f"; {num(r.get('plain_python_events_per_s'))}; "
