@@ -151,8 +151,8 @@ def warm_up_lines(warm: dict[str, Any] | None, prefix: str = "") -> list[str]:
                    "faster than the runs before them")
     outcome = settled if warm["settled"] else (
         "and had not settled when the time allowed ran out; the runs below measure a cluster still warming")
-    jit = (f"; the JIT's share of a core in each: {', '.join(f'{share:.2f}' for share in shares)}" if with_jit
-           else "")
+    each = ", ".join("?" if share is None else f"{share:.2f}" for share in shares)  # ?: jstat did not answer
+    jit = f"; the JIT's share of a core in each: {each}" if with_jit else ""
     return ["", f"{prefix}before the timed runs, the cluster was warmed with {len(warm['rates'])} untimed ceiling "
             f"runs of {warm['events']:,} events ({warm['seconds']} s), {outcome}: {rates} events/s{jit}."]
 

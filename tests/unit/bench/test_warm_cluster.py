@@ -136,6 +136,8 @@ def test_the_report_says_how_the_cluster_was_warmed() -> None:
                     "94,146 events/s; the JIT's share of a core in each: 1.35, 0.33, 0.12.")
     (_, by_rates) = warm_up_lines({**warm, "jit_shares": [None, None, None]}, "3 brokers: ")
     assert "until 3 in a row came within 15% of their best and no faster than the runs before them" in by_rates
+    (_, gap) = warm_up_lines({**warm, "jit_shares": [1.346, None, 0.119]}, "3 brokers: ")
+    assert gap.endswith("the JIT's share of a core in each: 1.35, ?, 0.12.")
     (_, unsettled) = warm_up_lines({**warm, "settled": False}, "3 brokers: ")
     assert "still warming" in unsettled
     assert warm_up_lines({"skipped": "not in --quick mode"}) == []
