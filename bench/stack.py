@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = ROOT / ".run"
 LOCALSTACK = ROOT / "ops" / "localstack.py"
 PG_HOST, PG_PORT = "127.0.0.1", int(os.environ.get("OUTBOX_PG_PORT", "25432"))
-KAFKA1 = "127.0.0.1:9092"
+KAFKA1_CLUSTER, KAFKA1 = "kafka", "127.0.0.1:9092"
 KAFKA3_CLUSTER, KAFKA3_PORT = "kafka3", 29092
 KAFKA3 = ",".join(f"127.0.0.1:{KAFKA3_PORT + i}" for i in range(3))
 
@@ -38,7 +38,7 @@ KAFKA3 = ",".join(f"127.0.0.1:{KAFKA3_PORT + i}" for i in range(3))
 def jit_seconds(bootstrap: str) -> float | None:
     """CPU seconds the JIT compilers of the cluster's JVMs (brokers and controller) have used so far, from `jstat
     -compiler`; None when that is unknown (a cluster this stack did not start, or no JDK tools)."""
-    cluster = {KAFKA1: "kafka", KAFKA3: KAFKA3_CLUSTER}.get(bootstrap)
+    cluster = {KAFKA1: KAFKA1_CLUSTER, KAFKA3: KAFKA3_CLUSTER}.get(bootstrap)
     pid_files = sorted((RUN_DIR / cluster).glob("node-*/broker.pid")) if cluster else []
     if not pid_files:
         return None
@@ -70,7 +70,7 @@ def _localstack(*args: str) -> None:
 
 
 def _main_cluster_brokers() -> int | None:
-    path = RUN_DIR / "kafka" / "cluster.json"
+    path = RUN_DIR / KAFKA1_CLUSTER / "cluster.json"
     return int(json.loads(path.read_text())["brokers"]) if path.exists() else None
 
 

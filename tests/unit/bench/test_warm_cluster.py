@@ -143,19 +143,26 @@ def test_the_report_says_how_the_cluster_was_warmed() -> None:
     assert warm_up_lines({"skipped": "not in --quick mode"}) == []
 
 
-def test_b3_says_whether_it_warmed_the_broker_or_found_it_warm(tmp_path: Path) -> None:
+def test_b3_says_whether_it_warmed_the_broker_or_found_it_warm(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from bench import b3_latency
     from bench.stack import KAFKA1
 
+    _Recorder(monkeypatch, [210_000.0, 205_000.0, 208_000.0, 211_000.0] * 3)
+    monkeypatch.setattr(b3_latency, "latency_run", lambda *_args, **_kwargs: {"latency_ms": {"p99": 1.0}})
+
+    def b3(ctx: Context) -> dict[str, Any]:
+        ctx.scratch = SimpleNamespace(database=lambda name: f"postgresql://127.0.0.1/bench_{name}")  # type: ignore[assignment]
+        return b3_latency.run(ctx)["cluster_warm_up"]
+
     ctx = _context(tmp_path)
-    done = {"events": 500_000, "rates": [210_000.0, 205_000.0, 208_000.0, 211_000.0], "seconds": 14.2,
-            "settled": True, "runs_alike": 3, "spread": 0.15}
-    ctx.shared["warmed_clusters"] = {KAFKA1: done}
-    assert b3_latency._warm_up(ctx, earlier=False) == done
-    found_warm = b3_latency._warm_up(ctx, earlier=True)
+    done = b3(ctx)
+    assert done == ctx.shared["warmed_clusters"][KAFKA1]
+    assert done["rates"] == [210_000.0, 205_000.0, 208_000.0, 211_000.0]
+    found_warm = b3(ctx)  # B1 or an earlier B3 warmed it in this run
     assert found_warm["earlier"] is True
     assert "warmed earlier in this run" in warm_up_lines(found_warm, "1 broker: ")[1]
-    assert b3_latency._warm_up(_context(tmp_path, quick=True), earlier=False) == {"skipped": "not in --quick mode"}
+    assert b3(_context(tmp_path, quick=True)) == {"skipped": "not in --quick mode"}
 
 
 def test_the_jit_seconds_are_summed_over_the_clusters_jvms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
