@@ -224,6 +224,30 @@ def test_a_read_takes_the_notifications_it_answers_off_the_listen_connection(pos
         engine.dispose()
 
 
+def test_a_read_takes_thousands_of_pending_notifications_off_the_listen_connection(postgres_url: str) -> None:
+    """Commits that come faster than the reads must not pile up on the LISTEN connection either. Over TLS (this
+    stack's PostgreSQL, and most production ones) each commit's notification arrives in a TLS record of its own, and
+    one read of the socket takes one record: a drain of at most 100 socket reads left 1,900 of 2,000 behind."""
+    from bridge.store.engine import make_engine, make_reader
+
+    migrate.upgrade(postgres_url)
+    engine = make_engine(postgres_url)
+    reader = make_reader(engine)
+    try:
+        reader.wait(0.01)  # opens the LISTEN connection, as the daemon's first idle wait does
+        url = make_url(postgres_url).set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(url, autocommit=True) as writer:
+            for _ in range(2000):  # 2,000 commits, one notification each, as 2,000 single-row inserts send
+                writer.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
+        time.sleep(1.0)  # PostgreSQL delivers notifications when the listening backend gets to them
+        reader.poll(0, 10)
+        left = sum(1 for _ in reader._listen.notifies(timeout=0.5))
+        assert left == 0, f"{left} of 2,000 notifications left unread after the read that answered them"
+    finally:
+        reader.close()
+        engine.dispose()
+
+
 def _sessions(engine: Engine, name: str) -> list[tuple[int, str, bool, bool]]:
     """(pid, state, in a transaction, holding a snapshot) of every session named `name`."""
     with engine.connect() as conn:

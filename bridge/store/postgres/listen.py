@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import select as io_select
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,8 +16,10 @@ from bridge.store.postgres.connection import application_name
 
 log = logging.getLogger("bridge.store.postgres")
 
-#: Socket reads of pending notifications before a read of the outbox (`Listener.take_pending`).
-_MAX_NOTIFY_READS = 100
+#: Socket reads of pending notifications before a read of the outbox, at most (`Listener.take_pending`). Over TLS
+#: each commit's notification comes in a TLS record of its own and one read takes one record, so this is how many
+#: commits per read of the outbox the drain keeps up with. 10,000 pending took 42 ms to drain here.
+_MAX_NOTIFY_READS = 2_000
 
 
 class Listener:
@@ -51,12 +52,16 @@ class Listener:
         if self.conn is None:
             return
         try:
-            # Each call takes what one read of the socket brings, without waiting: repeat until one brings none
-            # (bounded, should commits keep coming faster than this loop turns).
+            # On libpq's own calls (psycopg's documented `pgconn`): read what the socket holds without waiting, and
+            # drop the notifications parsed from it, with no Notify decoded for each. Repeat until a read brings
+            # none (bounded, should commits keep coming faster than this loop turns).
+            pgconn = self.conn.pgconn
             for _ in range(_MAX_NOTIFY_READS):
-                # The socket check first: cheaper than psycopg's notifies() when nothing came (most reads).
-                readable, _, _ = io_select.select([self.conn.fileno()], [], [], 0)
-                if not readable or not any(True for _ in self.notifies(0)):
+                pgconn.consume_input()
+                taken = 0
+                while pgconn.notifies() is not None:
+                    taken += 1
+                if not taken:
                     break
         except Exception as exc:  # noqa: BLE001 - a broken LISTEN connection only costs latency
             self._lost(exc)
