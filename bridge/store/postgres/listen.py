@@ -58,11 +58,10 @@ class Listener:
             pgconn = self.conn.pgconn
             for _ in range(_MAX_NOTIFY_READS):
                 pgconn.consume_input()
-                taken = 0
+                if pgconn.notifies() is None:
+                    break  # this read brought none
                 while pgconn.notifies() is not None:
-                    taken += 1
-                if not taken:
-                    break
+                    pass
         except Exception as exc:  # noqa: BLE001 - a broken LISTEN connection only costs latency
             self._lost(exc)
 
