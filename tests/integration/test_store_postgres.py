@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -31,6 +32,29 @@ def engine(postgres_url: str) -> Iterator[Engine]:
     engine = create_engine(postgres_url, pool_size=6)
     yield engine
     engine.dispose()
+
+
+def _libpq(postgres_url: str) -> str:
+    """The URL for psycopg itself, without SQLAlchemy's driver name."""
+    return make_url(postgres_url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@contextmanager
+def _listening_reader(postgres_url: str) -> Iterator[tuple[Engine, postgres.PostgresReader]]:
+    """The bridge's engine and PostgreSQL reader on a migrated outbox, its LISTEN connection open, as the daemon's
+    first idle wait leaves it."""
+    from bridge.store.engine import make_engine, make_reader
+
+    migrate.upgrade(postgres_url)
+    engine = make_engine(postgres_url)
+    reader = make_reader(engine)
+    assert isinstance(reader, postgres.PostgresReader)
+    try:
+        reader.wait(0.01)  # opens the LISTEN connection
+        yield engine, reader
+    finally:
+        reader.close()
+        engine.dispose()
 
 
 def insert(conn: Connection, event_id: str) -> int:
@@ -141,8 +165,7 @@ def test_an_older_running_transaction_keeps_the_hole_pending_and_is_named(engine
 
 
 def test_inserts_notify_the_outbox_channel_when_they_commit(engine: Engine, postgres_url: str) -> None:
-    url = make_url(postgres_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(url, autocommit=True) as listener:
+    with psycopg.connect(_libpq(postgres_url), autocommit=True) as listener:
         listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
         with engine.connect() as conn:
             conn.begin()
@@ -203,13 +226,7 @@ def test_a_read_takes_the_notifications_it_answers_off_the_listen_connection(pos
     """A busy bridge reads without waiting; the NOTIFYs of the commits it reads must not pile up unread on its
     LISTEN connection (they would fill its buffers, block the listening backend and with it the server's
     notify queue)."""
-    from bridge.store.engine import make_engine, make_reader
-
-    migrate.upgrade(postgres_url)
-    engine = make_engine(postgres_url)
-    reader = make_reader(engine)
-    try:
-        reader.wait(0.01)  # opens the LISTEN connection, as the daemon's first idle wait does
+    with _listening_reader(postgres_url) as (engine, reader):
         for i in range(300):
             with engine.begin() as conn:
                 insert(conn, f"n-{i}")
@@ -219,33 +236,20 @@ def test_a_read_takes_the_notifications_it_answers_off_the_listen_connection(pos
         listen = reader._listen  # what is left on this connection is the behaviour under test
         left = sum(1 for _ in listen.notifies(timeout=0.3))
         assert left == 0, f"{left} notifications left unread after the read that answered them"
-    finally:
-        reader.close()
-        engine.dispose()
 
 
 def test_a_read_takes_thousands_of_pending_notifications_off_the_listen_connection(postgres_url: str) -> None:
-    """Commits that come faster than the reads must not pile up on the LISTEN connection either. Over TLS (this
-    stack's PostgreSQL, and most production ones) each commit's notification arrives in a TLS record of its own, and
-    one read of the socket takes one record: a drain of at most 100 socket reads left 1,900 of 2,000 behind."""
-    from bridge.store.engine import make_engine, make_reader
-
-    migrate.upgrade(postgres_url)
-    engine = make_engine(postgres_url)
-    reader = make_reader(engine)
-    try:
-        reader.wait(0.01)  # opens the LISTEN connection, as the daemon's first idle wait does
-        url = make_url(postgres_url).set(drivername="postgresql").render_as_string(hide_password=False)
-        with psycopg.connect(url, autocommit=True) as writer:
+    """Commits that come faster than the reads must not pile up on the LISTEN connection either. Over TLS (which this
+    stack's PostgreSQL uses) each commit's notification arrives in a TLS record of its own, and one read of the
+    socket takes one record: a drain of at most 100 socket reads left 1,900 of 2,000 behind."""
+    with _listening_reader(postgres_url) as (_, reader):
+        with psycopg.connect(_libpq(postgres_url), autocommit=True) as writer:
             for _ in range(2000):  # 2,000 commits, one notification each, as 2,000 single-row inserts send
                 writer.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
         time.sleep(1.0)  # PostgreSQL delivers notifications when the listening backend gets to them
         reader.poll(0, 10)
         left = sum(1 for _ in reader._listen.notifies(timeout=0.5))
         assert left == 0, f"{left} of 2,000 notifications left unread after the read that answered them"
-    finally:
-        reader.close()
-        engine.dispose()
 
 
 def _sessions(engine: Engine, name: str) -> list[tuple[int, str, bool, bool]]:
