@@ -34,12 +34,14 @@ class KeptConnection:
     (the pool's ping, BEGIN, and the ROLLBACK on its return) and most of PostgreSQL's work for the bridge.
     A read that fails drops the connection; the next read connects again (and the pool pings then)."""
 
-    __slots__ = ("_engine", "conn")
+    __slots__ = ("_engine", "conn", "cursor")
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         #: The connection between reads; None until the next read connects.
         self.conn: Connection | None = None
+        #: psycopg's own cursor on it, for the reads (`visible.visible_rows`).
+        self.cursor: Any = None
 
     @contextmanager
     def session(self, taken: list[tuple[Any, ...]] | None) -> Iterator[PostgresSession]:
@@ -47,8 +49,9 @@ class KeptConnection:
         read ahead `taken` for this read, if any."""
         if self.conn is None:
             self.conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            self.cursor = self.conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         try:
-            yield PostgresSession(self.conn, taken)
+            yield PostgresSession(self.conn, taken, self.cursor)
         except BaseException:
             self.drop()
             raise
@@ -64,4 +67,4 @@ class KeptConnection:
         if self.conn is not None:
             with contextlib.suppress(Exception):  # a connection that failed may be broken already
                 self.conn.close()
-        self.conn = None
+        self.conn = self.cursor = None

@@ -10,29 +10,24 @@ from bridge.store.postgres import visible as postgres
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-class _Result:
-    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
-        self.cursor = self
-        self._rows = rows
-
-    def fetchall(self) -> list[tuple[Any, ...]]:
-        return self._rows
-
-    def close(self) -> None:
-        pass
-
-
 class _Conn:
-    """Answers the read as the server does: horizon columns, then the row's columns."""
+    """Answers the read as the server does: horizon columns, then the row's columns. It stands for SQLAlchemy's
+    connection, whose psycopg connection and cursor the read uses (`conn.connection.driver_connection`)."""
 
     def __init__(self, seqs: list[int | None]) -> None:
         self.rows = [(5, 9, *(None,) * 9) if seq is None else
                      (5, 9, seq, f"e{seq}", "order", "a", "Happened", "{}", None, NOW, 1) for seq in seqs]
         self.statements: list[str] = []
+        self.connection = self.driver_connection = self
 
-    def execute(self, statement: Any, params: Any = None) -> _Result:
+    def cursor(self) -> _Conn:
+        return self
+
+    def execute(self, statement: Any, params: Any = None) -> None:
         self.statements.append(str(statement))
-        return _Result(self.rows)
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows
 
 
 def test_the_statement_does_not_sort_the_joined_rows_a_second_time() -> None:
