@@ -95,10 +95,10 @@ _CURRENT_XID: Final = select(_xid8_as_bigint(func.pg_current_xact_id()))
 
 def visible_rows(conn: Connection, cursor: Any, params: dict[str, int]) -> list[tuple[Any, ...]]:
     """`VISIBLE_SQL`'s rows, run on psycopg's own `cursor` on `conn` (a new one when None), as the read ahead
-    runs it. A caught-up bridge reads hundreds of times a second, and SQLAlchemy's execution context, result
-    and row objects around the statement cost as much CPU as the statement itself (an empty read: 137 against
-    70 us here). Errors are reported as SQLAlchemy reports them: a `DBAPIError`, with `connection_invalidated`
-    set, and the connection invalidated, when the connection was lost."""
+    runs it. A caught-up bridge reads hundreds of times a second, and SQLAlchemy's execution context and result
+    around the statement cost as much CPU as the statement itself (an empty read: 137 against 70 us of CPU
+    here). Errors are reported as SQLAlchemy reports them: a `DBAPIError`, with `connection_invalidated` set,
+    and the connection invalidated, when the connection was lost."""
     driver = conn.connection.driver_connection
     if cursor is None:
         cursor = driver.cursor()  # type: ignore[union-attr]
