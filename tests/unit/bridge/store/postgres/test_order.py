@@ -17,14 +17,13 @@ class _Conn:
     def __init__(self, seqs: list[int | None]) -> None:
         self.rows = [(5, 9, *(None,) * 9) if seq is None else
                      (5, 9, seq, f"e{seq}", "order", "a", "Happened", "{}", None, NOW, 1) for seq in seqs]
-        self.statements: list[str] = []
         self.connection = self.driver_connection = self
 
     def cursor(self) -> _Conn:
         return self
 
     def execute(self, statement: Any, params: Any = None) -> None:
-        self.statements.append(str(statement))
+        pass
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         return self.rows
