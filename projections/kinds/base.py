@@ -13,11 +13,19 @@ from pyspark.sql.types import DataType, StringType, StructField, StructType
 from projections.kind import Batch, Declaration
 from projections.payload import DEFAULT_KEY, TRACE_ID, ResolvedPayload
 
+#: Commits between two Delta checkpoints of a projection's table (Delta's default is 10). Delta writes the
+#: checkpoint inside the commit that reaches it, so with one commit per micro-batch every tenth batch took 0.5 to
+#: 0.9 s longer (B6's tail); the commits in between cost no more with 100 (Delta keeps a small table's file list
+#: in each commit's .crc), and a reader that opens the table cold replays up to 99 small JSON commits instead of
+#: 9: about 0.2 s more at 60 (`bench/analysis.md`, #33).
+CHECKPOINT_INTERVAL: Final = 100
+
 # No compaction inside each micro-batch's commit (it made every batch slower on local[2]; B5 in
 # docs/BENCHMARKS.md): small files are compacted by `outbox-projections maintain` (OPTIMIZE) instead.
 TABLE_PROPERTIES: Final = {
     "delta.autoOptimize.optimizeWrite": "false",
     "delta.autoOptimize.autoCompact": "false",
+    "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
 }
 
 
