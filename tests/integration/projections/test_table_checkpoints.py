@@ -7,7 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from projections.examples import order_events, order_events_per_minute, orders_current, orders_history
+from projections.examples import (
+    order_events,
+    order_events_per_minute,
+    order_status_fold,
+    orders_current,
+    orders_history,
+)
 from projections.kinds.base import CHECKPOINT_INTERVAL
 from projections.lake import Lake
 from projections.runner import prepare
@@ -25,10 +31,14 @@ def commit_times(spark: Any, table: str, commits: int) -> None:
 
 def test_every_kinds_table_is_created_with_the_checkpoint_interval(projection_spark: Any, tmp_path: Path) -> None:
     lake = Lake(str(tmp_path / "lake"))
-    for projection in (orders_current, orders_history, order_events, order_events_per_minute):
-        prepare(projection_spark, projection, lake)
-        detail = projection_spark.sql(f"DESCRIBE DETAIL delta.`{lake.table(projection.name)}`").first()
-        assert detail["properties"].get("delta.checkpointInterval") == str(CHECKPOINT_INTERVAL), projection.name
+    tables = []
+    for projection in (orders_current, orders_history, order_events, order_events_per_minute, order_status_fold):
+        payload = prepare(projection_spark, projection, lake)
+        tables += list(projection.kind.tables(projection, payload, lake))
+    assert len(tables) == 7  # a staging table for the window counts and the fold's event store
+    for table in tables:
+        detail = projection_spark.sql(f"DESCRIBE DETAIL delta.`{table}`").first()
+        assert detail["properties"].get("delta.checkpointInterval") == str(CHECKPOINT_INTERVAL), table
 
 
 def test_a_projection_table_passes_commit_ten_without_a_checkpoint(projection_spark: Any, tmp_path: Path) -> None:
