@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 
@@ -27,30 +25,6 @@ if TYPE_CHECKING:
 
 # The applier's one logger, whichever of its modules logs: the name its log lines carry and operators filter on.
 log = logging.getLogger("projections.applier")
-
-ADAPTIVE: Final = "spark.sql.adaptive.enabled"
-
-
-@contextmanager
-def adaptive(session: Any) -> Iterator[None]:
-    """Within this block, the batch's session plans with adaptive execution, unless the application turned it off.
-
-    Spark hands `foreachBatch` a session of the query's own with adaptive execution off (a streaming plan
-    cannot change its partitioning between batches), so every Spark job of a batch ran without it, MERGE
-    included: each shuffle kept `spark.sql.shuffle.partitions` partitions, and each rewrite wrote that many
-    files. The batch's own read is planned by then and does not change; only the jobs planned inside the
-    block do. The session is the query's alone, as with `Txn`, so no other query sees the setting.
-    """
-    wanted = session.sparkContext.getConf().get(ADAPTIVE, "true")
-    before = session.conf.get(ADAPTIVE, None)
-    session.conf.set(ADAPTIVE, wanted)
-    try:
-        yield
-    finally:
-        if before is None:
-            session.conf.unset(ADAPTIVE)
-        else:
-            session.conf.set(ADAPTIVE, before)
 
 
 class BatchApplier:
@@ -126,8 +100,7 @@ class BatchApplier:
         recorded = self._recorded(session)
         self.phases = {}
         clock = Clock(self.phases)
-        with adaptive(session):
-            stats = self.path.apply(self.steps, batch, batch_id, recorded, clock)
+        stats = self.path.apply(self.steps, batch, batch_id, recorded, clock)
         self.record(session, batch_id, stats)
         clock.lap("progress_record")
         return stats
