@@ -31,14 +31,14 @@ class ReadAhead:
 
     __slots__ = ("_cursor", "_pipeline", "after", "limit")
 
-    def __init__(self, conn: Connection, after: int, limit: int) -> None:
+    def __init__(self, conn: Connection, cursor: Any, after: int, limit: int) -> None:
         self.after = after
         self.limit = limit
         driver: Any = conn.connection.driver_connection
         self._pipeline = driver.pipeline()
         self._pipeline.__enter__()
         try:
-            self._cursor = driver.cursor()
+            self._cursor = cursor
             self._cursor.execute(VISIBLE_SQL, {"after": after, "limit": limit})
         except BaseException:
             self._end()
@@ -79,7 +79,9 @@ class ReadsAhead:
         if self._kept.conn is None:
             return
         try:
-            self._ahead = ReadAhead(self._kept.conn, after, limit)
+            # On the cursor kept with the connection, which the usual read uses too: nothing else uses the
+            # connection until this one is taken or thrown away.
+            self._ahead = ReadAhead(self._kept.conn, self._kept.cursor, after, limit)
         except Exception as exc:  # noqa: BLE001 - the next read connects again, and reports any failure
             self._failed(exc)
 
